@@ -1,0 +1,1 @@
+"""The curated knowledge base and the reasoning that applies it: diagnosis and planning."""

@@ -1,0 +1,5 @@
+import sys
+
+from inferwise.server.cli import main
+
+sys.exit(main())

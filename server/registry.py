@@ -1,0 +1,254 @@
+"""The one registry of operations that both front doors are generated from.
+
+Each operation is declared once: its CLI name, its MCP tool name, a pydantic
+input model, a pydantic output model, the function and a jinja2 template.
+Models and functions are referenced as "module:attribute" strings so that
+listing the operations (``inferwise --help``, MCP ``tools/list`` metadata)
+imports nothing heavy; the modules are imported when an operation is used.
+
+Conventions every operation follows:
+
+* the function takes one argument, an instance of the input model, and
+  returns an instance of the output model; it may be ``async``;
+* an async function may accept a keyword ``progress``: an async callable
+  ``progress(done, total, message)`` that the front door wires to the CLI's
+  stderr or MCP's ``report_progress``;
+* user-fixable problems raise ``inferwise.calculators.errors.InputError``
+  naming the input field; failures of the job itself raise ``OperationalError``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+
+def _resolve(ref: str) -> Any:
+    module_name, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    """CLI command, words separated by spaces for groups (``"runs list"``)."""
+    summary: str
+    """One line for ``--help`` listings."""
+    input_ref: str
+    output_ref: str
+    func_ref: str
+    template: str
+    """File name under ``server/templates/``."""
+    tool_name: str | None = None
+    """MCP tool name; ``None`` for CLI-only operations."""
+    title: str | None = None
+    description: str = ""
+    """Written for an LLM caller: when to use it, key inputs, units."""
+    read_only: bool = True
+    open_world: bool = False
+    exit_nonzero_field: str | None = None
+    """Output attribute that, when truthy, makes the CLI exit 1 (operational failure)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def input_model(self) -> Any:
+        return _resolve(self.input_ref)
+
+    @cached_property
+    def output_model(self) -> Any:
+        return _resolve(self.output_ref)
+
+    @cached_property
+    def func(self) -> Any:
+        return _resolve(self.func_ref)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+
+_C = "inferwise.calculators"
+_P = "inferwise.probes"
+_K = "inferwise.knowledge"
+
+OPERATIONS: list[Operation] = [
+    Operation(
+        name="fit",
+        summary="Will the model fit on these GPUs? Weights, KV cache, overhead and headroom per GPU.",
+        input_ref=f"{_C}.fit:FitRequest",
+        output_ref=f"{_C}.fit:FitResult",
+        func_ref=f"{_C}.fit:estimate_fit",
+        template="fit.md.j2",
+        tool_name="estimate_memory_fit",
+        title="Estimate GPU memory fit",
+        description=(
+            "Use this before choosing GPUs or engine settings for a model. Given a model (Hugging Face "
+            "id from the catalog), a GPU type and count, and engine settings (vLLM-style flags), it "
+            "computes per-GPU memory: weights, activation peak, non-torch and CUDA-graph memory, KV "
+            "cache and headroom, the KV cache size in tokens and the maximum concurrency at the "
+            "context length, as the engine itself would report them. Memory in GiB (2^30 bytes)."
+        ),
+    ),
+    Operation(
+        name="predict",
+        summary="Predict TTFT, ITL, TPOT, end-to-end latency and throughput of a deployment at a load.",
+        input_ref=f"{_C}.predict:PredictRequest",
+        output_ref=f"{_C}.predict:PredictResult",
+        func_ref=f"{_C}.predict:predict_performance",
+        template="predict.md.j2",
+        tool_name="predict_performance",
+        title="Predict serving performance",
+        description=(
+            "Use this to estimate latency and throughput of a deployment before measuring it. "
+            "Combines a per-step roofline (compute, memory bandwidth, communication, overhead) with a "
+            "continuous-batching simulation. Inputs: deployment as in estimate_memory_fit, "
+            "input_tokens and output_tokens per request, and concurrency or request_rate "
+            "(requests/s; inf = all at once). Times in ms, throughput per second."
+        ),
+    ),
+    Operation(
+        name="budget",
+        summary="Split an end-to-end SLO into queue/network/pre/prefill/decode/post budgets; find the binding stage.",
+        input_ref=f"{_C}.budget:BudgetRequest",
+        output_ref=f"{_C}.budget:BudgetResult",
+        func_ref=f"{_C}.budget:decompose_budget",
+        template="budget.md.j2",
+        tool_name="decompose_latency_budget",
+        title="Decompose a latency budget",
+        description=(
+            "Use this when a product has latency targets (SLOs) and you need to know which stage of a "
+            "request will break them and how much load one replica can carry under them. Inputs: SLO "
+            "targets in ms per percentile (e2e, ttft, itl), workload token lengths, arrival rate, "
+            "network and processing costs, and the deployment. Returns per-stage budget vs "
+            "prediction, the binding stage and the maximum rate under the SLO."
+        ),
+    ),
+    Operation(
+        name="probe",
+        summary="Drive an OpenAI-compatible streaming endpoint with a bounded load; measure TTFT/ITL/goodput.",
+        input_ref=f"{_P}.runner:ProbeRequest",
+        output_ref=f"{_P}.runner:ProbeResult",
+        func_ref=f"{_P}.runner:run_probe",
+        template="probe.md.j2",
+        tool_name="probe_endpoint",
+        title="Probe a live endpoint",
+        description=(
+            "Use this to measure a real OpenAI-compatible endpoint instead of predicting it. Sends a "
+            "bounded number of streaming requests at a fixed concurrency or Poisson rate and returns "
+            "per-request TTFT, ITL, TPOT and end-to-end distributions (ms), throughput and goodput. "
+            "Only targets the server operator allowlisted are accepted. The run is stored; its "
+            "run_id can be passed to diagnose_bottleneck, plan_experiments and compare_runs."
+        ),
+        read_only=False,
+        open_world=True,
+        exit_nonzero_field="all_failed",
+    ),
+    Operation(
+        name="diagnose",
+        summary="Rank bottleneck hypotheses from a workload file and/or a stored probe run.",
+        input_ref=f"{_K}.diagnosis:DiagnoseRequest",
+        output_ref=f"{_K}.diagnosis:DiagnoseResult",
+        func_ref=f"{_K}.diagnosis:diagnose",
+        template="diagnose.md.j2",
+        tool_name="diagnose_bottleneck",
+        title="Diagnose the bottleneck",
+        description=(
+            "Use this when a deployment is slower or more expensive than wanted and you need the most "
+            "likely cause. Give a workload (observations, symptoms, deployment) and/or the run_id of "
+            "a stored probe run. Returns ranked hypotheses, each with its evidence, counter-evidence "
+            "and exactly how to prove it before changing anything."
+        ),
+    ),
+    Operation(
+        name="plan",
+        summary="Experiment plan: assumptions, missing measurements, targets, hypotheses, stages, acceptance.",
+        input_ref=f"{_K}.planning:PlanRequest",
+        output_ref=f"{_K}.planning:PlanResult",
+        func_ref=f"{_K}.planning:plan_experiments",
+        template="plan.md.j2",
+        tool_name="plan_experiments",
+        title="Plan inference experiments",
+        description=(
+            "Use this to turn a product's requirements into a measured plan. Give a workload "
+            "description (traffic, SLOs, constraints, deployment, observations; anything may be "
+            "missing) and optionally a probe run_id. Returns workload assumptions and missing "
+            "measurements, target and baseline metrics, the leading bottleneck hypothesis and how to "
+            "prove it, a staged one-variable-at-a-time plan, acceptance criteria and facts to verify."
+        ),
+    ),
+    Operation(
+        name="kb search",
+        summary="Search the knowledge base.",
+        input_ref=f"{_K}.kb:SearchRequest",
+        output_ref=f"{_K}.kb:SearchResult",
+        func_ref=f"{_K}.kb:search",
+        template="kb_search.md.j2",
+        tool_name="search_knowledge",
+        title="Search inference knowledge",
+        description=(
+            "Use this to look up inference-engineering knowledge: metrics definitions, symptom to "
+            "cause tables, optimisation playbooks (batching, quantization, speculative decoding, "
+            "prefix caching, parallelism, routing), engine selection and production readiness. "
+            "Returns the best-matching documents with snippets and their ids."
+        ),
+    ),
+    Operation(
+        name="kb show",
+        summary="Show one knowledge document by id.",
+        input_ref=f"{_K}.kb:ShowRequest",
+        output_ref=f"{_K}.kb:Document",
+        func_ref=f"{_K}.kb:show",
+        template="kb_show.md.j2",
+    ),
+    Operation(
+        name="runs list",
+        summary="List stored probe runs.",
+        input_ref=f"{_P}.runs:ListRunsRequest",
+        output_ref=f"{_P}.runs:ListRunsResult",
+        func_ref=f"{_P}.runs:list_runs",
+        template="runs_list.md.j2",
+        tool_name="list_runs",
+        title="List stored probe runs",
+        description=(
+            "Use this to find earlier probe runs (ids, labels, load shape, status and headline "
+            "metrics) before comparing them or planning from them."
+        ),
+    ),
+    Operation(
+        name="runs show",
+        summary="Show one stored run: labels, load, summary, errors.",
+        input_ref=f"{_P}.runs:ShowRunRequest",
+        output_ref=f"{_P}.runs:RunDetail",
+        func_ref=f"{_P}.runs:show_run",
+        template="runs_show.md.j2",
+    ),
+    Operation(
+        name="runs compare",
+        summary="Compare stored runs metric by metric, with a noise test.",
+        input_ref=f"{_P}.runs:CompareRunsRequest",
+        output_ref=f"{_P}.runs:CompareRunsResult",
+        func_ref=f"{_P}.runs:compare_runs",
+        template="runs_compare.md.j2",
+        tool_name="compare_runs",
+        title="Compare probe runs",
+        description=(
+            "Use this after changing one variable to see whether it helped: compares a baseline run "
+            "with one or more candidate runs, metric by metric (TTFT, ITL, TPOT, E2E percentiles, "
+            "throughput, goodput), and says whether each change is beyond noise."
+        ),
+    ),
+    Operation(
+        name="runs export",
+        summary="Export a run's per-request rows as JSONL or CSV.",
+        input_ref=f"{_P}.runs:ExportRunRequest",
+        output_ref=f"{_P}.runs:ExportRunResult",
+        func_ref=f"{_P}.runs:export_run",
+        template="runs_export.md.j2",
+    ),
+]
+
+BY_NAME: dict[str, Operation] = {op.name: op for op in OPERATIONS}
+BY_TOOL: dict[str, Operation] = {op.tool_name: op for op in OPERATIONS if op.tool_name}
