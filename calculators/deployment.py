@@ -1,0 +1,89 @@
+"""The deployment description shared by `fit`, `predict` and `budget`.
+
+Flag names follow vLLM's engine arguments wherever vLLM has one, so a user can
+paste the flags they already serve with. Engine defaults are left as `None`
+here and resolved by the engine policy, because they differ between engines
+and engine versions.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"]
+Dtype = Literal["auto", "bfloat16", "bf16", "float16", "fp16", "half", "float32", "fp32"]
+
+
+class Deployment(BaseModel):
+    """One replica of a model served by an engine on a set of GPUs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(
+        description=(
+            "Model: a Hugging Face id from the built-in catalog (e.g. meta-llama/Llama-3.1-8B-Instruct), "
+            "or a path to a config.json or a model folder."
+        ),
+        min_length=1,
+    )
+    gpu: str | None = Field(
+        default=None,
+        description="GPU type from the catalog (e.g. h100-sxm-80gb, h200, a100-sxm-80gb, l40s, mi300x; "
+        "nvidia-smi names work too). Either this or gpu_memory_gib is required.",
+    )
+    gpu_memory_gib: float | None = Field(
+        default=None,
+        gt=0,
+        le=4096,
+        description="Total memory per GPU in GiB (2^30 bytes) as the runtime reports it, for a GPU not in the catalog.",
+    )
+    num_gpus: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="GPUs in the replica; defaults to tensor_parallel_size x pipeline_parallel_size.",
+    )
+    tensor_parallel_size: int = Field(default=1, ge=1, le=128, description="Tensor-parallel degree (vLLM -tp).")
+    pipeline_parallel_size: int = Field(default=1, ge=1, le=128, description="Pipeline-parallel degree (vLLM -pp).")
+    gpu_memory_utilization: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="Fraction of each GPU's total memory the engine may use (vLLM --gpu-memory-utilization; SGLang --mem-fraction-static).",
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="Maximum context length in tokens (prompt + output); default: the model's maximum."
+    )
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="Maximum sequences running at once (vLLM --max-num-seqs); default: the engine's."
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, description="Token budget of one engine step (vLLM --max-num-batched-tokens); default: the engine's."
+    )
+    dtype: Dtype = Field(default="auto", description="Weight/activation dtype; auto = the checkpoint's torch_dtype.")
+    quantization: str | None = Field(
+        default=None,
+        description="Weight quantization method (fp8, awq, gptq, compressed-tensors, bitsandbytes, mxfp4, ...); "
+        "default: what the checkpoint's quantization_config says.",
+    )
+    kv_cache_dtype: KvCacheDtype = Field(default="auto", description="KV cache dtype (vLLM --kv-cache-dtype).")
+    block_size: int | None = Field(
+        default=None, ge=1, le=1024, description="KV cache block (page) size in tokens; default: the engine's (vLLM 16)."
+    )
+    enforce_eager: bool = Field(default=False, description="Disable CUDA graphs (vLLM --enforce-eager).")
+    engine: Literal["vllm", "sglang"] = Field(default="vllm", description="Serving engine whose memory policy applies.")
+    engine_version: str | None = Field(
+        default=None, description="Engine release (e.g. 0.11.0); default: the current stable release the rules know."
+    )
+
+    @model_validator(mode="after")
+    def _needs_gpu(self) -> Deployment:
+        if self.gpu is None and self.gpu_memory_gib is None:
+            raise ValueError("give gpu (a catalog id such as h100-sxm-80gb) or gpu_memory_gib")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
