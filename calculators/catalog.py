@@ -1,0 +1,334 @@
+"""The GPU and model catalogs, and loading a model from a local path.
+
+Both catalogs are facts copied from their sources (vendor datasheets, the
+Hugging Face ``config.json`` of each model) so the calculators never guess a
+hardware figure or an architecture field. Each entry carries its source URL
+so an answer can be verified.
+
+Look-ups are forgiving in spelling (case, the names ``nvidia-smi`` prints,
+short names like ``h100``) and strict in meaning: anything not found is an
+``InputError`` that lists the closest known entries, never a silent default.
+
+Stdlib only: the MCP server imports this at start-up.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+DATA_DIR = Path(__file__).parent / "data"
+GPU_FILE = DATA_DIR / "gpus.toml"
+MODELS_DIR = DATA_DIR / "models"
+
+DTYPE_KEYS = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4", "int4")
+"""Keys of ``GPU.dense_tflops`` (TFLOPS for floats, TOPS for integers)."""
+
+INTERCONNECTS = ("nvlink", "xgmi", "pcie", "nvlink-bridge")
+
+# Words that nvidia-smi / rocm-smi put in front of the product name. A name is
+# also tried without them, so "NVIDIA L40S" and "AMD Instinct MI300X" resolve
+# through the ids "l40s" and "mi300x" without listing every spelling.
+_VENDOR_PREFIXES = (
+    "nvidia-geforce-",
+    "geforce-",
+    "nvidia-tesla-",
+    "tesla-",
+    "nvidia-",
+    "amd-instinct-",
+    "instinct-",
+    "amd-radeon-",
+    "amd-",
+)
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator, per device (one GPU, or one package where the vendor
+    presents a package as one device, see ``notes``)."""
+
+    id: str
+    name: str
+    vendor: str
+    memory_gb_vendor: float
+    """Capacity as the vendor states it, decimal GB (10^9 bytes)."""
+    memory_total_gib: float
+    """Total the runtime reports (``torch.cuda.mem_get_info()[1]`` / 2^30,
+    nvidia-smi MiB / 1024); smaller than the vendor figure (ECC, reserved)."""
+    memory_bandwidth_gb_per_s: float
+    """Vendor figure, 10^9 bytes per second."""
+    dense_tflops: dict[str, float]
+    """Dense (not 2:4 sparse) peak throughput per dtype, TFLOPS (TOPS for int)."""
+    interconnect: str
+    """``nvlink`` | ``xgmi`` | ``pcie`` | ``nvlink-bridge``."""
+    interconnect_bandwidth_gb_per_s: float
+    """Per GPU, one direction, 10^9 bytes/s (vendors often quote both
+    directions added: NVLink 4 "900 GB/s" is 450 here)."""
+    pcie_gen: int
+    source_url: str
+    aliases: tuple[str, ...] = ()
+    notes: str = ""
+    tdp_w: float | None = None
+    """Maximum board / module power in watts, when the datasheet gives it."""
+    extra_source_urls: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model's architecture facts as the calculators read them."""
+
+    hf_id: str
+    """Hugging Face id for catalog entries; the path for local models."""
+    config: dict[str, Any]
+    """The real ``config.json`` content, unflattened (multimodal models keep
+    ``text_config`` / ``vision_config``)."""
+    source_url: str
+    checkpoint_bytes: int | None
+    """Exact checkpoint size when known: ``model.safetensors.index.json``
+    ``metadata.total_size`` (tensor bytes), or the safetensors file sizes."""
+    origin: str
+    """``catalog`` | ``path``."""
+    notes: str = ""
+
+
+# --------------------------------------------------------------------------- GPUs
+
+
+def _norm(name: str) -> str:
+    """Case, spaces, underscores and dashes do not distinguish two GPUs."""
+    return re.sub(r"[\s_\-/]+", "-", name.strip().lower()).strip("-")
+
+
+def _gpu_from_table(gpu_id: str, row: dict[str, Any]) -> GPU:
+    try:
+        gpu = GPU(
+            id=gpu_id,
+            name=str(row["name"]),
+            vendor=str(row["vendor"]),
+            memory_gb_vendor=float(row["memory_gb_vendor"]),
+            memory_total_gib=float(row["memory_total_gib"]),
+            memory_bandwidth_gb_per_s=float(row["memory_bandwidth_gb_per_s"]),
+            dense_tflops={str(k): float(v) for k, v in row["dense_tflops"].items()},
+            interconnect=str(row["interconnect"]),
+            interconnect_bandwidth_gb_per_s=float(row["interconnect_bandwidth_gb_per_s"]),
+            pcie_gen=int(row["pcie_gen"]),
+            source_url=str(row["source_url"]),
+            aliases=tuple(str(a) for a in row.get("aliases", ())),
+            notes=str(row.get("notes", "")),
+            tdp_w=float(row["tdp_w"]) if row.get("tdp_w") is not None else None,
+            extra_source_urls=tuple(str(u) for u in row.get("extra_source_urls", ())),
+        )
+    except KeyError as exc:  # a broken catalog is our bug, but say where
+        raise ValueError(f"{GPU_FILE}: GPU '{gpu_id}' lacks field {exc}") from exc
+    return gpu
+
+
+@lru_cache(maxsize=1)
+def _gpus() -> tuple[GPU, ...]:
+    with GPU_FILE.open("rb") as fh:
+        table = tomllib.load(fh)
+    return tuple(_gpu_from_table(gpu_id, row) for gpu_id, row in table.items())
+
+
+@lru_cache(maxsize=1)
+def _gpu_index() -> dict[str, GPU]:
+    index: dict[str, GPU] = {}
+    for gpu in _gpus():
+        for key in (gpu.id, gpu.name, *gpu.aliases):
+            k = _norm(key)
+            other = index.get(k)
+            if other is not None and other.id != gpu.id:
+                raise ValueError(f"{GPU_FILE}: name '{key}' is used by {other.id} and {gpu.id}")
+            index[k] = gpu
+    return index
+
+
+def list_gpus() -> list[GPU]:
+    """Every catalogued GPU, in catalog order."""
+    return list(_gpus())
+
+
+def get_gpu(name: str) -> GPU:
+    """Find a GPU by id, alias or the name nvidia-smi / rocm-smi prints."""
+    index = _gpu_index()
+    key = _norm(name)
+    if key in index:
+        return index[key]
+    for prefix in _VENDOR_PREFIXES:
+        if key.startswith(prefix) and key[len(prefix) :] in index:
+            return index[key[len(prefix) :]]
+    ids = [g.id for g in _gpus()]
+    close = difflib.get_close_matches(key, list(index), n=8, cutoff=0.5)
+    suggestions: list[str] = []
+    for k in close:
+        if index[k].id not in suggestions:
+            suggestions.append(index[k].id)
+    closest = ", ".join(suggestions[:3]) if suggestions else "none"
+    raise InputError("gpu", f"unknown GPU '{name}'; closest: {closest}", accepted=", ".join(ids))
+
+
+# --------------------------------------------------------------------------- models
+
+
+def _read_json(path: Path, field_name: str = "model") -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(field_name, f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            field_name,
+            f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+        ) from exc
+
+
+@lru_cache(maxsize=1)
+def _models() -> tuple[ModelSource, ...]:
+    models = []
+    for path in sorted(MODELS_DIR.glob("*.json")):
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        models.append(
+            ModelSource(
+                hf_id=entry["hf_id"],
+                config=entry["config"],
+                source_url=entry["source_url"],
+                checkpoint_bytes=entry.get("checkpoint_bytes"),
+                origin="catalog",
+                notes=entry.get("notes", ""),
+            )
+        )
+    return tuple(models)
+
+
+@lru_cache(maxsize=1)
+def _model_index() -> tuple[dict[str, ModelSource], dict[str, list[ModelSource]]]:
+    """Full ids (lower-case) and the part after the slash, which may be shared."""
+    by_id: dict[str, ModelSource] = {}
+    by_name: dict[str, list[ModelSource]] = {}
+    for m in _models():
+        by_id[m.hf_id.lower()] = m
+        by_name.setdefault(m.hf_id.split("/")[-1].lower(), []).append(m)
+    return by_id, by_name
+
+
+def list_models() -> list[ModelSource]:
+    """Every catalogued model, sorted by file name (org--name)."""
+    return list(_models())
+
+
+def _checkpoint_bytes(folder: Path) -> tuple[int | None, str]:
+    """Exact checkpoint size of a local model folder, and how it was found."""
+    index_path = folder / "model.safetensors.index.json"
+    if index_path.is_file():
+        index = _read_json(index_path)
+        total = index.get("metadata", {}).get("total_size") if isinstance(index, dict) else None
+        if isinstance(total, (int, float)) and total > 0:
+            return int(total), f"checkpoint bytes from {index_path.name} metadata.total_size"
+    files = sorted(folder.glob("*.safetensors"))
+    if files:
+        total = sum(f.stat().st_size for f in files)
+        return total, (
+            f"checkpoint bytes = size of {len(files)} .safetensors file(s) "
+            "(includes their small JSON headers)"
+        )
+    return None, ""
+
+
+def _load_path(path: Path) -> ModelSource:
+    path = path.expanduser()
+    if path.is_dir():
+        config_path = path / "config.json"
+        if not config_path.is_file():
+            raise InputError(
+                "model",
+                f"folder {path} has no config.json; pass a Hugging Face model folder "
+                "or the path of its config.json",
+            )
+        folder = path
+    else:
+        config_path = path
+        folder = path.parent
+    config = _read_json(config_path)
+    if not isinstance(config, dict):
+        raise InputError("model", f"{config_path} must hold a JSON object (a config.json)")
+    if "model_type" not in config and "architectures" not in config:
+        raise InputError(
+            "model",
+            f"{config_path} has neither 'model_type' nor 'architectures'; "
+            "is it a Hugging Face config.json?",
+        )
+    checkpoint_bytes, how = _checkpoint_bytes(folder) if folder.is_dir() else (None, "")
+    return ModelSource(
+        hf_id=str(path),
+        config=config,
+        source_url=config_path.resolve().as_uri(),
+        checkpoint_bytes=checkpoint_bytes,
+        origin="path",
+        notes=how,
+    )
+
+
+def _looks_like_path(spec: str) -> bool:
+    return (
+        spec.endswith(".json")
+        or spec.startswith(("/", "./", "../", "~", "\\"))
+        or (len(spec) > 1 and spec[1] == ":")
+        or spec.count("/") > 1
+    )
+
+
+def load_model(spec: str) -> ModelSource:
+    """A catalog entry by Hugging Face id (or its part after the slash, when
+    unambiguous), or a local ``config.json`` / model folder.
+
+    A path that exists wins over a catalog id, because a local folder holds
+    the exact checkpoint the user means to serve.
+    """
+    spec = spec.strip()
+    if not spec:
+        raise InputError("model", "empty model name", accepted="a Hugging Face id or a path")
+    path = Path(spec).expanduser()
+    if path.exists():
+        return _load_path(path)
+
+    by_id, by_name = _model_index()
+    key = spec.lower().removeprefix("https://huggingface.co/").strip("/")
+    if key in by_id:
+        return by_id[key]
+    if "/" not in key and key in by_name:
+        matches = by_name[key]
+        if len(matches) == 1:
+            return matches[0]
+        raise InputError(
+            "model",
+            f"'{spec}' is ambiguous; use the full id: " + ", ".join(m.hf_id for m in matches),
+        )
+    if _looks_like_path(spec):
+        raise InputError("model", f"no such file or folder: {spec}")
+
+    candidates = {**{k: m.hf_id for k, m in by_id.items()}}
+    for name, ms in by_name.items():
+        for m in ms:
+            candidates.setdefault(name, m.hf_id)
+    probe = key if "/" in key else key
+    close = difflib.get_close_matches(probe, list(candidates), n=10, cutoff=0.4)
+    suggestions: list[str] = []
+    for k in close:
+        if candidates[k] not in suggestions:
+            suggestions.append(candidates[k])
+    closest = ", ".join(suggestions[:3]) if suggestions else "none"
+    raise InputError(
+        "model",
+        f"unknown model '{spec}'; closest: {closest}; "
+        "or pass a path to a config.json / model folder",
+    )
