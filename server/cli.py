@@ -94,6 +94,39 @@ def _kv_pairs(values: list[str], field: str) -> dict[str, str]:
     return out
 
 
+def _is_structured(annotation: Any) -> bool:
+    """True for fields that hold pydantic models (or lists/dicts of them): those take JSON on the CLI."""
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    args = typing.get_args(annotation)
+    return bool(args) and any(_is_structured(_unwrap_optional(a)) for a in args)
+
+
+def _structured_value(text: str, field: str) -> Any:
+    import json
+    import tomllib
+    from pathlib import Path
+
+    if text.startswith("@"):
+        path = Path(text[1:]).expanduser()
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(field, f"cannot read {path}: {exc.strerror or exc}") from None
+        if path.suffix.lower() == ".toml":
+            try:
+                return tomllib.loads(raw)
+            except tomllib.TOMLDecodeError as exc:
+                raise InputError(field, f"{path} is not valid TOML: {exc}") from None
+        text = raw
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(field, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", "JSON text or @path to a .json/.toml file") from None
+
+
 def _add_field(parser: argparse.ArgumentParser, name: str, info: Any) -> Callable[[Any], Any]:
     """Add one flag for a model field; return the converter from argparse value to model input."""
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
@@ -107,7 +140,11 @@ def _add_field(parser: argparse.ArgumentParser, name: str, info: Any) -> Callabl
     kwargs: dict[str, Any] = {"help": help_text, "dest": name, "default": argparse.SUPPRESS}
     convert: Callable[[Any], Any] = lambda v: v  # noqa: E731
 
-    if annotation is bool:
+    if _is_structured(annotation):
+        # Steps of an agentic task and similar nested inputs: JSON text, or @path to a JSON/TOML file.
+        kwargs["metavar"] = "JSON|@FILE"
+        convert = lambda v, _n=name: _structured_value(v, _n)  # noqa: E731
+    elif annotation is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
     elif origin is typing.Literal:
         kwargs["choices"] = [str(a) for a in typing.get_args(annotation)]
