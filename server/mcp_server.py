@@ -1,0 +1,263 @@
+"""The MCP door: every registered operation as a tool, the knowledge and catalogs as resources.
+
+Tools are generated from the same registry as the CLI. Each tool gets *flat*
+parameters, one per input-model field (a single model parameter would nest
+every argument under one key, which LLM callers handle badly), and the output
+model as its output schema. A call validates the arguments against the input
+model (so model-level rules such as "gpu or gpu_memory_gib" apply too), runs
+the operation, and returns the structured result plus its Markdown rendering.
+
+Security: fields listed as `mcp_hidden` (the run-store path, the API-key
+variable, target allowlists, cap overrides) are not offered to the model; the
+probe runs in the strict target policy, configured only by whoever starts the
+server (environment variables), never by a tool argument.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import sys
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from inferwise.calculators.errors import InputError, OperationalError
+from inferwise.server.registry import BY_TOOL, Operation
+
+# Never offered to the calling model: they choose files, secrets or safety limits.
+MCP_HIDDEN_FIELDS = frozenset(
+    {
+        "db",
+        "api_key_env",
+        "allow_hosts",
+        "allow_cidrs",
+        "allow_private",
+        "allow_remote",
+        "raise_caps",
+        "i_know_what_im_doing",
+        "store_text",
+        "output",
+    }
+)
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+class MCPConfig(BaseModel):
+    """How `inferwise mcp` serves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    transport: Literal["stdio", "http"] = Field(
+        default="stdio", description="stdio for a client that launches the server; http for streamable HTTP."
+    )
+    host: str = Field(default="127.0.0.1", description="Address to bind the HTTP transport to.")
+    port: int = Field(default=8765, ge=1, le=65535, description="Port of the HTTP transport.")
+    allowed_host: list[str] | None = Field(
+        default=None,
+        description="Extra Host header values accepted over HTTP (host:port); required for a non-local bind.",
+    )
+    token_env: str | None = Field(
+        default=None,
+        description="Name of an environment variable holding a bearer token that HTTP clients must send.",
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="WARNING", description="Server log level (stderr).")
+
+
+def _tool_error_text(exc: InputError) -> str:
+    text = f"argument {exc.field!r}: {exc.message}"
+    if exc.accepted:
+        text += f" (accepted: {exc.accepted})"
+    return text
+
+
+def _exposed_fields(op: Operation) -> dict[str, Any]:
+    hidden = MCP_HIDDEN_FIELDS | set(op.extra.get("mcp_hidden", ()))
+    return {n: f for n, f in op.input_model.model_fields.items() if n not in hidden}
+
+
+def make_tool_function(op: Operation, strict_probe_policy: Any = None) -> Any:
+    """Build an async function with one keyword parameter per exposed input field.
+
+    The SDK reads the signature to build the tool's input schema and output
+    schema; the body re-validates with the real input model and maps our errors
+    to ToolError so the caller sees which argument to fix.
+    """
+    from mcp.server.mcpserver import Context
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp_types import CallToolResult, TextContent
+    from pydantic import ValidationError
+
+    from inferwise.server.cli import validation_message
+    from inferwise.server.render import render
+
+    model = op.input_model
+    fields = _exposed_fields(op)
+
+    async def tool(**kwargs: Any) -> Any:
+        ctx = kwargs.pop("ctx", None)
+        try:
+            request = model.model_validate(kwargs)
+        except ValidationError as exc:
+            raise ToolError(validation_message(model, exc, flag_style=False)) from None
+        try:
+            if op.is_async:
+                extra: dict[str, Any] = {}
+                params = inspect.signature(op.func).parameters
+                if "progress" in params and ctx is not None:
+
+                    async def progress(done: float, total: float | None = None, message: str = "") -> None:
+                        # a client that went away must not fail the run
+                        with contextlib.suppress(Exception):
+                            await ctx.report_progress(done, total, message or None)
+
+                    extra["progress"] = progress
+                if "policy" in params and strict_probe_policy is not None:
+                    extra["policy"] = strict_probe_policy
+                result = await op.func(request, **extra)
+            else:
+                import anyio
+
+                result = await anyio.to_thread.run_sync(op.func, request)
+        except InputError as exc:
+            raise ToolError(_tool_error_text(exc)) from None
+        except OperationalError as exc:
+            raise ToolError(str(exc)) from None
+        text = render(op.template, result)
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)],
+            structured_content=result.model_dump(mode="json"),
+        )
+
+    parameters = []
+    annotations: dict[str, Any] = {}
+    for name, info in fields.items():
+        annotation = Annotated[info.annotation, info]
+        default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+        annotations[name] = annotation
+    parameters.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context))
+    annotations["ctx"] = Context
+    annotations["return"] = op.output_model
+    tool.__signature__ = inspect.Signature(parameters, return_annotation=op.output_model)  # type: ignore[attr-defined]
+    tool.__annotations__ = annotations
+    tool.__name__ = op.tool_name or op.name
+    return tool
+
+
+def strict_policy_from_env() -> Any:
+    """The probe policy for MCP callers: allowlist only, set by the operator's environment."""
+    try:
+        from inferwise.probes.policy import TargetPolicy
+    except ImportError:  # the probe is not installed in this build
+        return None
+    hosts = [h.strip() for h in os.environ.get("INFERWISE_MCP_ALLOW_HOSTS", "").split(",") if h.strip()]
+    try:
+        return TargetPolicy(mode="strict", allow_hosts=hosts)
+    except TypeError:
+        return TargetPolicy(mode="strict")
+
+
+def build_server(log_level: str = "WARNING") -> Any:
+    """Create the MCPServer with every tool, resource and prompt registered."""
+    from importlib.metadata import version
+
+    from mcp.server import MCPServer
+    from mcp_types import ToolAnnotations
+
+    from inferwise.server import mcp_content
+
+    server = MCPServer(
+        name="inferwise",
+        title="inferwise: measured LLM inference advice",
+        version=version("inferwise"),
+        instructions=mcp_content.INSTRUCTIONS,
+        log_level=log_level,  # type: ignore[arg-type]
+    )
+    policy = strict_policy_from_env()
+    for tool_name, op in BY_TOOL.items():
+        server.add_tool(
+            make_tool_function(op, strict_probe_policy=policy),
+            name=tool_name,
+            title=op.title,
+            description=op.description,
+            annotations=ToolAnnotations(
+                title=op.title,
+                read_only_hint=op.read_only,
+                destructive_hint=False,
+                idempotent_hint=op.read_only,
+                open_world_hint=op.open_world,
+            ),
+        )
+    mcp_content.register_resources(server)
+    mcp_content.register_prompts(server)
+    return server
+
+
+def _check_bind(config: MCPConfig) -> None:
+    """A non-local bind must name the Host headers it accepts; otherwise DNS-rebinding protection would be off."""
+    if config.host not in LOCAL_HOSTS and not config.allowed_host:
+        raise InputError(
+            "host",
+            f"binding to {config.host} exposes the server beyond this machine; pass --allowed-host HOST:PORT "
+            "for every name clients will use (and set --token-env)",
+        )
+
+
+def transport_security(config: MCPConfig) -> Any:
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*", *(config.allowed_host or [])]
+    origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+    origins += [f"http://{h}" for h in config.allowed_host or []] + [f"https://{h}" for h in config.allowed_host or []]
+    # Always explicit: the SDK turns the Host check off for any bind it does not recognise as local.
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+class BearerTokenMiddleware:
+    """Refuse HTTP requests without the operator's bearer token (constant-time compare)."""
+
+    def __init__(self, app: Any, token: str):
+        self.app = app
+        self._token = token.encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            import hmac
+
+            headers = dict(scope.get("headers") or [])
+            got = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(got, b"Bearer " + self._token):
+                await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": b"missing or wrong bearer token\n"})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(config: MCPConfig, server: Any = None) -> Any:
+    """The streamable-HTTP ASGI app (SSE responses, so progress notifications flow; never json_response)."""
+    _check_bind(config)
+    server = server or build_server(config.log_level)
+    app = server.streamable_http_app(transport_security=transport_security(config), host=config.host)
+    if config.token_env:
+        token = os.environ.get(config.token_env)
+        if not token:
+            raise InputError("token_env", f"environment variable {config.token_env} is not set or empty")
+        app = BearerTokenMiddleware(app, token)
+    return app
+
+
+def serve(config: MCPConfig) -> int:
+    if config.transport == "stdio":
+        build_server(config.log_level).run("stdio")
+        return 0
+    import anyio
+    import uvicorn
+
+    app = http_app(config)
+    sys.stderr.write(f"inferwise MCP (streamable HTTP) on http://{config.host}:{config.port}/mcp\n")
+    uv = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower()))
+    anyio.run(uv.serve)
+    return 0
