@@ -59,7 +59,9 @@ class GPU:
     name: str
     vendor: str
     memory_gb_vendor: float
-    """Capacity as the vendor states it, decimal GB (10^9 bytes)."""
+    """Capacity as the vendor states it ("80GB"). Read it as decimal GB, but
+    note that HBM parts are built in binary units (A100 80GB = 81,920 MiB);
+    use ``memory_total_gib`` for anything that must fit."""
     memory_total_gib: float
     """Total the runtime reports (``torch.cuda.mem_get_info()[1]`` / 2^30,
     nvidia-smi MiB / 1024); smaller than the vendor figure (ECC, reserved)."""
@@ -97,6 +99,9 @@ class ModelSource:
     origin: str
     """``catalog`` | ``path``."""
     notes: str = ""
+    hf_quant_config: dict[str, Any] | None = None
+    """Content of ``hf_quant_config.json`` when the checkpoint has one (NVIDIA
+    ModelOpt checkpoints keep their quantization there, not in config.json)."""
 
 
 # --------------------------------------------------------------------------- GPUs
@@ -205,6 +210,7 @@ def _models() -> tuple[ModelSource, ...]:
                 checkpoint_bytes=entry.get("checkpoint_bytes"),
                 origin="catalog",
                 notes=entry.get("notes", ""),
+                hf_quant_config=entry.get("hf_quant_config"),
             )
         )
     return tuple(models)
@@ -267,7 +273,9 @@ def _load_path(path: Path) -> ModelSource:
             f"{config_path} has neither 'model_type' nor 'architectures'; "
             "is it a Hugging Face config.json?",
         )
-    checkpoint_bytes, how = _checkpoint_bytes(folder) if folder.is_dir() else (None, "")
+    checkpoint_bytes, how = _checkpoint_bytes(folder)
+    quant_path = folder / "hf_quant_config.json"
+    hf_quant_config = _read_json(quant_path) if quant_path.is_file() else None
     return ModelSource(
         hf_id=str(path),
         config=config,
@@ -275,6 +283,7 @@ def _load_path(path: Path) -> ModelSource:
         checkpoint_bytes=checkpoint_bytes,
         origin="path",
         notes=how,
+        hf_quant_config=hf_quant_config if isinstance(hf_quant_config, dict) else None,
     )
 
 
@@ -316,12 +325,11 @@ def load_model(spec: str) -> ModelSource:
     if _looks_like_path(spec):
         raise InputError("model", f"no such file or folder: {spec}")
 
-    candidates = {**{k: m.hf_id for k, m in by_id.items()}}
+    candidates = {k: m.hf_id for k, m in by_id.items()}
     for name, ms in by_name.items():
         for m in ms:
             candidates.setdefault(name, m.hf_id)
-    probe = key if "/" in key else key
-    close = difflib.get_close_matches(probe, list(candidates), n=10, cutoff=0.4)
+    close = difflib.get_close_matches(key, list(candidates), n=10, cutoff=0.4)
     suggestions: list[str] = []
     for k in close:
         if candidates[k] not in suggestions:
