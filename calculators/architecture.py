@@ -64,6 +64,42 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
 # (attention q/k/v/o with bias, two-matrix MLP, two norms per layer).
 _VIT_TYPES = {"siglip_vision_model", "clip_vision_model", "pixtral"}
 
+# Defaults of the transformers config classes, for fields real config.json
+# files omit (e.g. google/gemma-3-12b-it states no vocab_size or head_dim).
+# Copied from transformers' configuration_<model>.py signatures.
+_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma": {"vocab_size": 256000, "head_dim": 256, "max_position_embeddings": 8192},
+    "gemma2": {
+        "vocab_size": 256000,
+        "head_dim": 256,
+        "max_position_embeddings": 8192,
+        "sliding_window": 4096,
+    },
+    "gemma3_text": {
+        "vocab_size": 262208,
+        "head_dim": 256,
+        "max_position_embeddings": 131072,
+        "sliding_window": 4096,
+        "num_key_value_heads": 4,
+    },
+    "siglip_vision_model": {
+        "num_channels": 3,
+        "image_size": 224,
+        "patch_size": 16,
+        "hidden_size": 768,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+    },
+}
+
+
+def _with_defaults(cfg: Mapping[str, Any], model_type: str) -> dict[str, Any]:
+    out = dict(_CLASS_DEFAULTS.get(model_type, {}))
+    out.update({k: v for k, v in cfg.items() if v is not None})
+    return out
+
+
 OVERRIDE_HINT = (
     "pass a config.json whose fields use a supported layout, or override fields with "
     "--hf-overrides KEY=VALUE (e.g. model_type=llama, num_key_value_heads=8, head_dim=128)"
@@ -313,6 +349,9 @@ def _vision_spec(
     if not isinstance(vc, dict):
         return None
     vtype = str(vc.get("model_type", ""))
+    if not vtype and family_type == "gemma3":
+        vtype = "siglip_vision_model"
+    vc = _with_defaults(vc, vtype)
     if vtype not in _VIT_TYPES:
         raise InputError(
             "model",
@@ -399,6 +438,9 @@ def from_config(
     text = _text_config(cfg)
     if isinstance(cfg.get("text_config"), dict):
         text.update({k: v for k, v in parsed.items() if k != "model_type"})
+        if "model_type" not in text and model_type == "gemma3":
+            text["model_type"] = "gemma3_text"
+    text = _with_defaults(text, str(text.get("model_type", model_type)))
     where = "text_config." if isinstance(cfg.get("text_config"), dict) else ""
     r = _Reader(text, where)
     text_type = str(text.get("model_type", model_type))

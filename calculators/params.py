@@ -1,0 +1,338 @@
+"""Parameter counts and weight bytes, per component and per GPU.
+
+Counting is done per module as the engine builds it (vLLM's model files:
+``vllm/model_executor/models/{llama,qwen3,gemma3,mixtral,qwen3_moe,
+deepseek_v2,gpt_oss}.py``), because per-GPU memory depends on *how* each
+module is split, not only on its size:
+
+* column/row-parallel linears (q, o, MLP, experts, MLA ``q_b``/``kv_b``/``o``)
+  are divided by tensor parallelism;
+* k/v projections are divided by TP while ``num_kv_heads >= tp`` and
+  replicated (one head per rank) below that, like vLLM's ``QKVParallelLinear``;
+* norms, MoE routers and MLA's ``q_a``/``kv_a`` down-projections are
+  replicated on every rank;
+* embeddings and ``lm_head`` are vocabulary-parallel, the vocabulary padded
+  to a multiple of 64 (vLLM ``DEFAULT_VOCAB_PADDING_SIZE``);
+* pipeline parallelism gives each stage a contiguous slice of layers
+  (vLLM ``get_pp_indices``: the remainder goes to the stages before the last),
+  the embedding to the first stage and ``lm_head`` + final norm to the last.
+
+Public API: :func:`count_parameters` -> :class:`ParamCounts`;
+:func:`weight_bytes` -> :class:`WeightBytes`; :func:`pp_layer_split`.
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .architecture import ModelArchitecture
+from .quantization import QuantScheme
+
+VOCAB_PADDING = 64
+"""vLLM ``DEFAULT_VOCAB_PADDING_SIZE`` (vllm/model_executor/layers/vocab_parallel_embedding.py)."""
+
+CATEGORIES = (
+    "embedding",
+    "lm_head",
+    "attention",
+    "dense_mlp",
+    "routed_experts",
+    "shared_experts",
+    "router",
+    "norms",
+    "vision",
+)
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One module (or a group of identical ones) of the model."""
+
+    category: str
+    params: int
+    split: str
+    """``tp`` divided by tensor parallelism; ``kv`` k/v heads (replicated
+    below tp); ``vocab`` vocabulary-parallel; ``rep`` replicated."""
+    module: str
+    """HF-style module name, matched against quantization ignore lists."""
+    quantizable: bool
+    layer: int | None = None
+    """Decoder layer index; None for embedding, lm_head, final norm, vision."""
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameters of the whole model (not per GPU)."""
+
+    total: int
+    active_per_token: int
+    """Parameters one token passes through: everything except the routed
+    experts it is not sent to (k of E experts per MoE layer)."""
+    embedding: int
+    lm_head: int
+    """0 when tied to the embedding."""
+    attention: int
+    dense_mlp: int
+    routed_experts: int
+    shared_experts: int
+    router: int
+    norms: int
+    vision: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {c: getattr(self, c) for c in ("total", "active_per_token", *CATEGORIES)}
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    """Weight memory. ``total_bytes`` is the whole model at its storage
+    format; ``per_gpu_bytes`` is the most loaded rank (what decides fit)."""
+
+    total_bytes: int
+    by_category: dict[str, int]
+    per_gpu_bytes: int
+    per_stage_bytes: tuple[int, ...]
+    """One entry per pipeline stage (all TP ranks of a stage hold the same)."""
+    quantized_params: int
+    unquantized_params: int
+    notes: tuple[str, ...] = field(default=())
+
+
+def pp_layer_split(num_layers: int, pp: int) -> list[range]:
+    """Layer ranges per pipeline stage, as vLLM's ``get_pp_indices``
+    (vllm/distributed/utils.py): equal shares, the remainder added one each
+    to the stages just before the last."""
+    if pp <= 1:
+        return [range(num_layers)]
+    base = num_layers // pp
+    sizes = [base] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    out, start = [], 0
+    for size in sizes:
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+def _vision_parts(arch: ModelArchitecture) -> list[_Part]:
+    v = arch.vision
+    if v is None:
+        return []
+    h, i = v.hidden_size, v.intermediate_size
+    patches = (v.image_size // v.patch_size) ** 2
+    if v.gated_mlp:  # Pixtral: no biases, RMSNorm, gated MLP, RoPE
+        embed = v.num_channels * v.patch_size**2 * h + h
+        per_layer = 4 * h * h + 3 * h * i + 2 * h
+        post = 0
+    else:  # SigLIP / CLIP: biased linears, LayerNorm (weight + bias)
+        embed = v.num_channels * v.patch_size**2 * h + h
+        embed += patches * h if v.position_embeddings else 0
+        per_layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 4 * h
+        post = 2 * h
+    tower = embed + v.num_layers * per_layer + post
+    return [
+        _Part("vision", tower, "tp", "vision_tower", False),
+        _Part("vision", v.projector_params, "rep", "multi_modal_projector", False),
+    ]
+
+
+def _attention_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
+    h, hd = arch.hidden_size, arch.head_dim
+    pre = f"model.layers.{i}.self_attn"
+    if arch.mla is not None:
+        m = arch.mla
+        heads = arch.num_attention_heads
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        parts: list[_Part] = []
+        if m.q_lora_rank:
+            parts += [
+                _Part("attention", h * m.q_lora_rank, "rep", f"{pre}.q_a_proj", True, i),
+                _Part("norms", m.q_lora_rank, "rep", f"{pre}.q_a_layernorm", False, i),
+                _Part("attention", m.q_lora_rank * heads * qk, "tp", f"{pre}.q_b_proj", True, i),
+            ]
+        else:
+            parts.append(_Part("attention", h * heads * qk, "tp", f"{pre}.q_proj", True, i))
+        parts += [
+            _Part(
+                "attention",
+                h * (m.kv_lora_rank + m.qk_rope_head_dim),
+                "rep",
+                f"{pre}.kv_a_proj_with_mqa",
+                True,
+                i,
+            ),
+            _Part("norms", m.kv_lora_rank, "rep", f"{pre}.kv_a_layernorm", False, i),
+            _Part(
+                "attention",
+                m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim),
+                "tp",
+                f"{pre}.kv_b_proj",
+                True,
+                i,
+            ),
+            _Part("attention", heads * m.v_head_dim * h, "tp", f"{pre}.o_proj", True, i),
+        ]
+        return parts
+    q = arch.num_attention_heads * hd
+    kv = arch.num_kv_heads * hd
+    parts = [
+        _Part("attention", h * q, "tp", f"{pre}.q_proj", True, i),
+        _Part("attention", 2 * h * kv, "kv", f"{pre}.k_proj", True, i),
+        _Part("attention", q * h, "tp", f"{pre}.o_proj", True, i),
+    ]
+    if arch.attention_bias:
+        parts += [
+            _Part("attention", q, "tp", f"{pre}.q_proj.bias", False, i),
+            _Part("attention", 2 * kv, "kv", f"{pre}.k_proj.bias", False, i),
+        ]
+    if arch.o_bias:
+        parts.append(_Part("attention", h, "rep", f"{pre}.o_proj.bias", False, i))
+    if arch.qk_norm:
+        parts.append(_Part("norms", 2 * hd, "rep", f"{pre}.q_norm", False, i))
+    if arch.attention_sinks:
+        parts.append(_Part("attention", arch.num_attention_heads, "tp", f"{pre}.sinks", False, i))
+    return parts
+
+
+def _mlp_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
+    h = arch.hidden_size
+    pre = f"model.layers.{i}.mlp"
+    moe = arch.moe
+    if moe is None or i not in moe.moe_layers:
+        inter = arch.intermediate_size
+        parts = [_Part("dense_mlp", 3 * h * inter, "tp", f"{pre}.down_proj", True, i)]
+        if arch.mlp_bias:
+            parts.append(_Part("dense_mlp", 2 * inter + h, "tp", f"{pre}.down_proj.bias", False, i))
+        return parts
+    e, inter = moe.num_experts, moe.moe_intermediate_size
+    experts = e * 3 * h * inter
+    parts = [_Part("routed_experts", experts, "tp", f"{pre}.experts.0.down_proj", True, i)]
+    if moe.expert_bias:
+        parts.append(
+            _Part("routed_experts", e * (2 * inter + h), "tp", f"{pre}.experts.bias", False, i)
+        )
+    router_name = f"{pre}.router" if moe.router_bias else f"{pre}.gate"
+    parts.append(_Part("router", h * e, "rep", router_name, False, i))
+    if moe.router_bias:
+        parts.append(_Part("router", e, "rep", f"{router_name}.bias", False, i))
+    if moe.router_correction_bias:
+        parts.append(_Part("router", e, "rep", f"{pre}.gate.e_score_correction_bias", False, i))
+    if moe.shared_expert_intermediate_size:
+        s = moe.shared_expert_intermediate_size
+        name = f"{pre}.shared_expert" if moe.shared_expert_gate else f"{pre}.shared_experts"
+        parts.append(_Part("shared_experts", 3 * h * s, "tp", f"{name}.down_proj", True, i))
+        if moe.shared_expert_gate:
+            parts.append(_Part("router", h, "rep", f"{pre}.shared_expert_gate", False, i))
+    return parts
+
+
+def _parts(arch: ModelArchitecture) -> list[_Part]:
+    h, v = arch.hidden_size, arch.vocab_size
+    parts = [_Part("embedding", v * h, "vocab", "model.embed_tokens", False)]
+    for i in range(arch.num_layers):
+        parts += _attention_parts(arch, i)
+        parts += _mlp_parts(arch, i)
+        parts.append(
+            _Part(
+                "norms",
+                arch.norms_per_layer * h,
+                "rep",
+                f"model.layers.{i}.input_layernorm",
+                False,
+                i,
+            )
+        )
+    parts.append(_Part("norms", h, "rep", "model.norm", False))
+    if not arch.tie_word_embeddings:
+        parts.append(_Part("lm_head", v * h, "vocab", "lm_head", False))
+    parts += _vision_parts(arch)
+    return parts
+
+
+def count_parameters(arch: ModelArchitecture) -> ParamCounts:
+    """Parameter counts by component for the whole model."""
+    by = dict.fromkeys(CATEGORIES, 0)
+    for p in _parts(arch):
+        by[p.category] += p.params
+    total = sum(by.values())
+    active = total
+    if arch.moe is not None and arch.moe.num_experts:
+        active = (
+            total
+            - by["routed_experts"]
+            + by["routed_experts"] * arch.moe.experts_per_token // arch.moe.num_experts
+        )
+    return ParamCounts(total=total, active_per_token=active, **by)
+
+
+def _per_rank_params(p: _Part, arch: ModelArchitecture, tp: int) -> float:
+    if p.split == "rep":
+        return p.params
+    if p.split == "tp":
+        return p.params / tp
+    if p.split == "kv":
+        kv = arch.num_kv_heads
+        return p.params / kv * max(1, kv // tp)
+    # vocab-parallel: padded vocabulary divided by tp
+    padded = -(-arch.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    return p.params / arch.vocab_size * padded / tp
+
+
+def weight_bytes(
+    arch: ModelArchitecture,
+    scheme: QuantScheme,
+    dtype_bytes: float,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+) -> WeightBytes:
+    """Bytes of weights in memory, whole model and per GPU.
+
+    Quantizable linears use ``scheme.bytes_per_param`` unless the scheme
+    skips them (ignore lists, experts-only formats); everything else is
+    stored at ``dtype_bytes``.
+    """
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    stages = pp_layer_split(arch.num_layers, pp)
+    stage_of = {}
+    for s, r in enumerate(stages):
+        for i in r:
+            stage_of[i] = s
+    by = dict.fromkeys(CATEGORIES, 0.0)
+    per_stage = [0.0] * pp
+    q_params = u_params = 0
+    for p in _parts(arch):
+        quantized = (
+            scheme.is_quantized
+            and p.quantizable
+            and (not scheme.experts_only or p.category == "routed_experts")
+            and not scheme.skips(p.module)
+        )
+        bpp = scheme.bytes_per_param if quantized else dtype_bytes
+        if quantized:
+            q_params += p.params
+        else:
+            u_params += p.params
+        by[p.category] += p.params * bpp
+        if p.layer is not None:
+            stage = stage_of[p.layer]
+        elif p.category in ("lm_head",) or p.module == "model.norm":
+            stage = pp - 1
+        else:
+            stage = 0
+        per_stage[stage] += _per_rank_params(p, arch, tp) * bpp
+    if arch.tie_word_embeddings and pp > 1:
+        # The last stage needs its own copy of the tied matrix for lm_head.
+        emb = next(p for p in _parts(arch) if p.category == "embedding")
+        per_stage[-1] += _per_rank_params(emb, arch, tp) * dtype_bytes
+    notes = list(scheme.notes)
+    return WeightBytes(
+        total_bytes=int(round(sum(by.values()))),
+        by_category={k: int(round(v)) for k, v in by.items()},
+        per_gpu_bytes=int(round(max(per_stage))),
+        per_stage_bytes=tuple(int(round(x)) for x in per_stage),
+        quantized_params=q_params,
+        unquantized_params=u_params,
+        notes=tuple(notes),
+    )
