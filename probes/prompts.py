@@ -1,0 +1,183 @@
+"""What the probe sends: synthetic prompts of target token lengths, or prompts from a JSONL file.
+
+Synthetic prompts are sequences of common short English words, each of which
+is one token in the usual BPE vocabularies (Llama, Qwen, GPT, Mistral). The
+chat template and tokenizer still add and merge a few, so the probe
+calibrates: it sends two one-token requests of different lengths, reads the
+server's ``prompt_tokens`` and fits tokens = a + b * words (see
+:func:`fit_calibration`). Without usage in the replies the 1:1 guess stays and
+the run says so.
+
+Each request gets its own random words so that prefix caching does not make a
+synthetic run look faster than real traffic; ``shared_prefix_fraction`` makes
+that share of every prompt identical across requests, to measure exactly the
+prefix-cache benefit.
+
+A JSONL dataset line may hold ``prompt`` (text), ``messages`` (chat; the
+text of the last user turn is sent), and/or ``input_tokens`` /
+``output_tokens`` (lengths only: a recorded length distribution replayed with
+synthetic text). Lengths are drawn per request, deterministically from the seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from inferwise.calculators.errors import InputError
+
+Distribution = Literal["fixed", "uniform", "normal", "lognormal"]
+
+# One token each in common BPE vocabularies (with the leading space).
+WORDS = ["the", "of", "and", "to", "in", "is", "for", "on", "that", "with", "as", "by", "at", "from", "this", "be", "are", "was", "it", "or", "an", "not", "but", "have", "has", "had", "all", "can", "one", "more", "new", "time", "will", "which", "their", "use", "also", "its", "may", "first", "any", "over", "about", "after", "two", "most", "some", "such", "these", "other", "into", "only", "many", "they", "than", "made", "make", "well", "work", "way", "year", "long", "part", "good", "best", "each", "high", "world", "great", "small", "large", "state", "under", "people", "water", "place", "point", "house", "case", "week", "company", "number", "group", "problem", "fact", "hand", "system", "program", "question", "government", "night", "money", "story", "month", "book", "right", "study", "line"]
+
+
+@dataclass(frozen=True)
+class LengthSpec:
+    """A token-length distribution: mean, and spread as a coefficient of variation
+    (uniform: +-spread*mean; normal/lognormal: std = spread*mean)."""
+
+    mean: int
+    distribution: Distribution = "fixed"
+    spread: float = 0.0
+    minimum: int = 1
+
+    def sample(self, rng: random.Random) -> int:
+        m, s = float(self.mean), self.spread
+        if self.distribution == "fixed" or s <= 0:
+            x = m
+        elif self.distribution == "uniform":
+            x = rng.uniform(m * (1 - s), m * (1 + s))
+        elif self.distribution == "normal":
+            x = rng.gauss(m, s * m)
+        else:
+            sigma2 = math.log1p(s * s)
+            x = rng.lognormvariate(math.log(m) - sigma2 / 2, math.sqrt(sigma2))
+        return max(self.minimum, round(x))
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    text: str
+    max_tokens: int | None
+    target_input_tokens: int | None
+
+
+@dataclass(frozen=True)
+class DatasetRow:
+    prompt: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+
+
+def load_dataset(path: str) -> list[DatasetRow]:
+    """Read a JSONL dataset; every problem is an InputError naming `dataset` and the line."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("dataset", f"no such file: {path}")
+    rows: list[DatasetRow] = []
+    with p.open(encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                raise InputError("dataset", f"line {n} is not JSON") from None
+            if not isinstance(obj, dict):
+                raise InputError("dataset", f"line {n} is not a JSON object")
+            prompt = obj.get("prompt")
+            if prompt is None and isinstance(obj.get("messages"), list):
+                users = [
+                    m for m in obj["messages"] if isinstance(m, dict) and m.get("role") == "user"
+                ]
+                if users and isinstance(users[-1].get("content"), str):
+                    prompt = users[-1]["content"]
+            it, ot = obj.get("input_tokens"), obj.get("output_tokens")
+            if prompt is not None and not isinstance(prompt, str):
+                raise InputError("dataset", f"line {n}: prompt must be a string")
+            for name, v in (("input_tokens", it), ("output_tokens", ot)):
+                if v is not None and (not isinstance(v, int) or v < 1):
+                    raise InputError("dataset", f"line {n}: {name} must be a positive integer")
+            if prompt is None and it is None:
+                raise InputError(
+                    "dataset",
+                    f"line {n} has neither prompt, messages nor input_tokens",
+                    "prompt, messages, input_tokens",
+                )
+            rows.append(DatasetRow(prompt, it, ot))
+    if not rows:
+        raise InputError("dataset", f"{path} holds no rows")
+    return rows
+
+
+def fit_calibration(points: list[tuple[int, int]]) -> tuple[float, float]:
+    """(a, b) in tokens = a + b * words from (words, prompt_tokens) pairs."""
+    if len(points) < 2 or points[0][0] == points[1][0]:
+        w, t = points[0]
+        return float(t - w), 1.0
+    (w1, t1), (w2, t2) = points[0], points[1]
+    b = (t2 - t1) / (w2 - w1)
+    if b <= 0:
+        b = 1.0
+    return t1 - b * w1, b
+
+
+class Workload:
+    """Deterministic prompts per request index (the same seed gives the same run)."""
+
+    def __init__(
+        self,
+        *,
+        input_len: LengthSpec,
+        output_len: LengthSpec | None,
+        shared_prefix_fraction: float = 0.0,
+        dataset: list[DatasetRow] | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.input_len = input_len
+        self.output_len = output_len
+        self.shared_prefix_fraction = shared_prefix_fraction
+        self.dataset = dataset
+        self.seed = seed
+        self.overhead_tokens = 0.0  # chat template / BOS tokens the server adds
+        self.tokens_per_word = 1.0
+        self.calibrated = False
+        self._shared = self._words(
+            random.Random(seed ^ 0x5EED), 200_000 if shared_prefix_fraction else 0
+        )
+
+    def calibrate(self, a: float, b: float) -> None:
+        self.overhead_tokens, self.tokens_per_word, self.calibrated = a, b, True
+
+    def words_for(self, tokens: int) -> int:
+        return max(1, round((tokens - self.overhead_tokens) / self.tokens_per_word))
+
+    @staticmethod
+    def _words(rng: random.Random, n: int) -> list[str]:
+        return rng.choices(WORDS, k=n)
+
+    def synthetic_text(self, rng: random.Random, tokens: int) -> str:
+        n = self.words_for(tokens)
+        shared = min(n, round(n * self.shared_prefix_fraction))
+        words = self._shared[:shared] + self._words(rng, n - shared)
+        return " ".join(words)
+
+    def item(self, index: int) -> PromptItem:
+        rng = random.Random((self.seed << 32) ^ index)
+        out = self.output_len.sample(rng) if self.output_len else None
+        if self.dataset:
+            row = self.dataset[index % len(self.dataset)]
+            if row.output_tokens is not None:  # a recorded length beats the synthetic one
+                out = row.output_tokens
+            if row.prompt is not None:
+                return PromptItem(row.prompt, out, row.input_tokens)
+            assert row.input_tokens is not None
+            return PromptItem(self.synthetic_text(rng, row.input_tokens), out, row.input_tokens)
+        target = self.input_len.sample(rng)
+        return PromptItem(self.synthetic_text(rng, target), out, target)

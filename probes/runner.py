@@ -1,0 +1,814 @@
+"""`inferwise probe`: a bounded, measured load against an OpenAI-compatible endpoint.
+
+The flow of one run: check the inputs and their safety bounds, pass the
+target through the policy (:mod:`.policy`), calibrate synthetic prompt
+lengths against the server's own token counts, send warm-up requests, then
+the measured load (:mod:`.loadgen`), committing each finished request to the
+run store at once. Ctrl-C or SIGTERM cancels what is in flight and closes the
+run as `interrupted`; every finished request stays. A sweep repeats the run
+for each concurrency or rate, one stored run per point.
+
+This module defines the probe's input and output models, so at import time it
+loads only the stdlib, pydantic and other light project modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+import os
+import platform
+import re
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from inferwise.calculators.errors import InputError, OperationalError
+from inferwise.probes.records import RequestRecord
+from inferwise.probes.summary import SLO_KEYS, ClientHealth, ProbeSummary
+
+Progress = Callable[[float, float | None, str], Awaitable[None]]
+
+DEFAULT_REQUESTS = 100
+
+
+class ProbeRequest(BaseModel):
+    """What to probe and how hard. Times in seconds unless the name says ms."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(
+        description="Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000 or https://host/v1.",
+        json_schema_extra={"cli_positional": True},
+    )
+    model: str | None = Field(
+        None,
+        description="Model name to request; default: the first id the server lists at /v1/models.",
+    )
+    endpoint: Literal["chat", "completions"] = Field(
+        "chat", description="API: /v1/chat/completions or /v1/completions."
+    )
+    concurrency: int | None = Field(
+        None,
+        ge=1,
+        description="Closed loop: requests kept in flight at once (default 1 when no request_rate).",
+    )
+    request_rate: float | None = Field(
+        None,
+        gt=0,
+        description="Open loop: mean arrivals per second on a Poisson schedule; inf = all at once.",
+    )
+    burstiness: float = Field(
+        1.0,
+        gt=0,
+        description="Gamma shape of inter-arrival times: 1 = Poisson, <1 burstier, >1 smoother.",
+    )
+    requests: int | None = Field(
+        None,
+        ge=1,
+        description=f"Measured requests per run (default {DEFAULT_REQUESTS} unless duration_s is given).",
+    )
+    duration_s: float | None = Field(
+        None,
+        gt=0,
+        description="Stop sending after this many seconds of measurement.",
+        json_schema_extra={"cli_aliases": ["--duration"]},
+    )
+    warmup_requests: int = Field(
+        0, ge=0, description="Requests sent first and left out of the metrics."
+    )
+    input_tokens: int = Field(
+        256, ge=1, description="Mean prompt length in tokens (synthetic prompts)."
+    )
+    output_tokens: int = Field(
+        128, ge=1, description="Mean output length in tokens (max_tokens per request)."
+    )
+    input_distribution: Literal["fixed", "uniform", "normal", "lognormal"] = Field(
+        "fixed", description="Distribution of prompt lengths around input_tokens."
+    )
+    output_distribution: Literal["fixed", "uniform", "normal", "lognormal"] = Field(
+        "fixed", description="Distribution of output lengths around output_tokens."
+    )
+    input_spread: float = Field(
+        0.25,
+        ge=0,
+        le=5,
+        description="Spread of prompt lengths: coefficient of variation (uniform: +-spread*mean).",
+    )
+    output_spread: float = Field(
+        0.25, ge=0, le=5, description="Spread of output lengths, as input_spread."
+    )
+    shared_prefix_fraction: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of every prompt that is identical across requests (measures prefix caching).",
+    )
+    ignore_eos: bool = Field(
+        True,
+        description="Ask the server to generate exactly max_tokens (ignore_eos/min_tokens; vLLM, SGLang, llama.cpp). Turn off for APIs that reject unknown fields.",
+    )
+    dataset: str | None = Field(
+        None,
+        description="JSONL file of prompts (prompt or messages) and/or lengths (input_tokens, output_tokens) per line.",
+    )
+    slo: dict[str, float] | None = Field(
+        None,
+        description="Per-request SLO targets in ms for goodput, e.g. ttft_ms=500 itl_ms=50 e2e_ms=10000 (keys: ttft_ms, itl_ms, tpot_ms, e2e_ms).",
+    )
+    sweep: list[float] | None = Field(
+        None,
+        description="Run once per value: concurrencies (closed loop) or request rates (with request_rate).",
+    )
+    label: dict[str, str] = Field(
+        default_factory=dict,
+        description="Free-form labels stored with the run, e.g. engine=vllm gpu=h100.",
+    )
+    db: str | None = Field(
+        None, description="Run database file (default: $INFERWISE_DB or the user's data dir)."
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        description="Name of the environment variable holding the API key (the key itself is never taken as an argument).",
+    )
+    stream: bool = Field(
+        True, description="Stream responses (without streaming TTFT equals end-to-end latency)."
+    )
+    store_text: bool = Field(
+        False, description="Store prompts and outputs with the run (off by default)."
+    )
+    connect_timeout_s: float = Field(10.0, gt=0, le=600, description="Connection timeout.")
+    read_timeout_s: float = Field(
+        120.0, gt=0, le=3600, description="Longest wait for the first response byte."
+    )
+    stall_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="Longest silence inside a started stream before it counts as stalled.",
+    )
+    total_timeout_s: float = Field(
+        600.0, gt=0, le=7200, description="Longest time for one request."
+    )
+    honor_retry_after: bool = Field(
+        False, description="On HTTP 429 wait for Retry-After (up to 60 s, 3 times) and retry."
+    )
+    allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts or CIDRs allowed besides loopback (CLI only; MCP uses the operator's allowlist).",
+    )
+    max_requests: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="Safety cap on requests per run; raise it explicitly to send more.",
+    )
+    max_duration_s: float = Field(
+        600.0, gt=0, le=86_400, description="Safety cap on a run's duration."
+    )
+    max_concurrency: int = Field(
+        512, ge=1, le=100_000, description="Safety cap on streams in flight."
+    )
+    seed: int = Field(
+        0, description="Seed for prompts, lengths and arrival times (same seed, same run)."
+    )
+    calibrate: bool = Field(
+        True,
+        description="Fit synthetic prompt lengths to the server's prompt_tokens before the run.",
+    )
+    metrics_interval_s: float = Field(
+        1.0, ge=0, description="Scrape the server's /metrics this often (0 = never)."
+    )
+
+    @field_validator("slo")
+    @classmethod
+    def _slo_keys(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v:
+            bad = sorted(set(v) - set(SLO_KEYS))
+            if bad:
+                raise ValueError(
+                    f"unknown SLO key(s) {', '.join(bad)}; accepted: {', '.join(SLO_KEYS)}"
+                )
+            if any(not (x > 0) for x in v.values()):
+                raise ValueError("SLO targets must be positive ms")
+        return v or None
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError("must be the NAME of an environment variable, not a key")
+        return v
+
+    @model_validator(mode="after")
+    def _shape(self) -> ProbeRequest:
+        if self.concurrency is not None and self.request_rate is not None:
+            raise ValueError("give concurrency or request_rate, not both")
+        return self
+
+
+class ErrorClassCount(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    error_class: str
+    count: int
+    examples: list[str] = Field(
+        default_factory=list, description="Up to three messages (secrets removed)."
+    )
+
+
+class Calibration(BaseModel):
+    """How synthetic prompt lengths were matched to the server's tokenizer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    calibrated: bool = False
+    overhead_tokens: float = 0.0
+    tokens_per_word: float = 1.0
+    mean_input_tokens_error_pct: float | None = Field(
+        None,
+        description="Mean of (server prompt_tokens - target) / target over measured requests, in percent.",
+    )
+    note: str | None = None
+
+
+class SweepPoint(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int | None = None
+    request_rate: float | None = None
+    run_id: str
+    status: str
+    summary: ProbeSummary
+
+
+class ProbeResult(BaseModel):
+    """A probe run (the last point of a sweep at top level; every point under `sweep`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    status: Literal["complete", "interrupted", "failed"]
+    url: str
+    model: str
+    endpoint: str
+    load: str = Field(description="The load shape in words, e.g. 'closed loop, concurrency 8'.")
+    concurrency: int | None = None
+    request_rate: float | None = None
+    stream: bool = True
+    summary: ProbeSummary
+    errors: list[ErrorClassCount] = Field(default_factory=list)
+    sweep: list[SweepPoint] = Field(default_factory=list)
+    client_health: ClientHealth = Field(default_factory=ClientHealth)
+    calibration: Calibration = Field(default_factory=Calibration)
+    server_metrics: dict[str, float] = Field(
+        default_factory=dict, description="Last scraped engine metrics (normalised names)."
+    )
+    notes: list[str] = Field(default_factory=list)
+    db_path: str
+    all_failed: bool = Field(False, description="Every request failed: the CLI exits 1.")
+
+
+# ---------------------------------------------------------------------------
+
+
+def _check_bounds(req: ProbeRequest) -> tuple[int | None, float | None]:
+    requests = req.requests
+    if requests is None and req.duration_s is None:
+        requests = min(DEFAULT_REQUESTS, req.max_requests)
+    if requests is not None and requests + req.warmup_requests > req.max_requests:
+        raise InputError(
+            "requests",
+            f"{requests} (+{req.warmup_requests} warm-up) exceeds the cap of {req.max_requests}",
+            "raise the cap explicitly with --max-requests",
+        )
+    if req.duration_s is not None and req.duration_s > req.max_duration_s:
+        raise InputError(
+            "duration_s",
+            f"{req.duration_s:g} s exceeds the cap of {req.max_duration_s:g} s",
+            "raise it with --max-duration-s",
+        )
+    conc = [req.concurrency or 1] if req.request_rate is None else []
+    if req.sweep:
+        for v in req.sweep:
+            if not (v > 0):
+                raise InputError("sweep", f"values must be positive, got {v:g}")
+            if req.request_rate is None and v != int(v):
+                raise InputError("sweep", f"concurrency must be a whole number, got {v:g}")
+        if req.request_rate is None:
+            conc = [int(v) for v in req.sweep]
+    for c in conc:
+        if c > req.max_concurrency:
+            raise InputError(
+                "concurrency",
+                f"{c} exceeds the cap of {req.max_concurrency} streams",
+                "raise it with --max-concurrency",
+            )
+    if requests is None:
+        # duration-bounded: the cap on requests still holds
+        requests = None
+    return requests, req.duration_s
+
+
+def _display_url(url: str) -> str:
+    """The URL without user:password, for output and storage."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    p = urlsplit(url)
+    netloc = p.hostname or ""
+    if ":" in netloc:
+        netloc = f"[{netloc}]"
+    if p.port:
+        netloc += f":{p.port}"
+    return urlunsplit((p.scheme, netloc, p.path, "", ""))
+
+
+async def _maybe(progress: Progress | None, done: float, total: float | None, msg: str) -> None:
+    if progress is None:
+        return
+    with contextlib.suppress(Exception):
+        await progress(done, total, msg)
+
+
+@dataclasses.dataclass
+class _Ctx:
+    req: ProbeRequest
+    pool: Any
+    api_key: str | None
+    secrets: list[str]
+    timeouts: Any
+    workload: Any
+    model: str
+    store: Any
+    workload_errors: list[float] = dataclasses.field(default_factory=list)
+    """Relative prompt-length errors (server prompt_tokens vs target), for the calibration report."""
+
+
+async def _discover_model(ctx: _Ctx) -> tuple[str | None, str | None]:
+    import json
+
+    from inferwise.probes.client import exchange
+
+    out = await exchange(
+        ctx.pool, "/models", b"", api_key=ctx.api_key, timeouts=ctx.timeouts, method="GET"
+    )
+    if out.error_class or not out.status or out.status >= 400:
+        return (
+            None,
+            f"could not list models ({out.error_class or f'HTTP {out.status}'}); pass --model",
+        )
+    try:
+        data = json.loads(b"".join(d for _, d in out.reads))
+        return str(data["data"][0]["id"]), None
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None, "the server's /v1/models reply lists no model; pass --model"
+
+
+async def _calibrate(ctx: _Ctx) -> Calibration:
+    import random
+
+    from inferwise.probes.client import exchange, request_body, to_record
+    from inferwise.probes.prompts import fit_calibration
+
+    points: list[tuple[int, int]] = []
+    for words in (64, 512):
+        text = ctx.workload.synthetic_text(random.Random(words), words)
+        path, body = request_body(
+            ctx.req.endpoint, ctx.model, text, 1, stream=False, ignore_eos=False
+        )
+        out = await exchange(ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts)
+        rec = to_record(out, index=0, origin=0.0, stream=False, secrets=ctx.secrets)
+        if not rec.ok or rec.input_tokens is None:
+            why = rec.error_class or "no prompt_tokens in usage"
+            return Calibration(note=f"not calibrated ({why}); assumed one token per word")
+        points.append((words, rec.input_tokens))
+    a, b = fit_calibration(points)
+    ctx.workload.calibrate(a, b)
+    return Calibration(calibrated=True, overhead_tokens=round(a, 2), tokens_per_word=round(b, 4))
+
+
+async def _send_one(
+    ctx: _Ctx, origin: float, index: int, scheduled: float | None, warmup: bool
+) -> RequestRecord:
+    from inferwise.probes.client import exchange, request_body, retry_after_s, to_record
+
+    item = ctx.workload.item(index)
+    path, body = request_body(
+        ctx.req.endpoint,
+        ctx.model,
+        item.text,
+        item.max_tokens,
+        stream=ctx.req.stream,
+        ignore_eos=ctx.req.ignore_eos,
+    )
+    out = await exchange(ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts)
+    first_start = out.start_t
+    tries = 0
+    while ctx.req.honor_retry_after and out.status == 429 and tries < 3:
+        wait = retry_after_s(out.headers)
+        if wait is None or wait > 60:
+            break
+        tries += 1
+        await asyncio.sleep(wait)
+        out = await exchange(ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts)
+    if out.start_t != first_start:
+        out = dataclasses.replace(out, start_t=first_start)  # the user waited through the retries
+    rec = to_record(
+        out,
+        index=index,
+        origin=origin,
+        stream=ctx.req.stream,
+        warmup=warmup,
+        scheduled_s=scheduled,
+        secrets=ctx.secrets,
+        store_text=ctx.req.store_text,
+        prompt=item.text,
+    )
+    if item.target_input_tokens and rec.input_tokens:
+        ctx.workload_errors.append(
+            (rec.input_tokens - item.target_input_tokens) / item.target_input_tokens
+        )
+    return rec
+
+
+def _load_words(concurrency: int | None, rate: float | None, burstiness: float) -> str:
+    if rate is not None:
+        shape = "Poisson" if burstiness == 1 else f"gamma (burstiness {burstiness:g})"
+        return (
+            f"open loop, {rate:g} req/s, {shape} arrivals"
+            if math.isfinite(rate)
+            else "open loop, all requests at once"
+        )
+    return f"closed loop, concurrency {concurrency}"
+
+
+async def _run_point(
+    ctx: _Ctx,
+    *,
+    concurrency: int | None,
+    rate: float | None,
+    requests: int | None,
+    duration_s: float | None,
+    labels: dict[str, str],
+    meta: dict[str, Any],
+    progress: Progress | None,
+    stop: asyncio.Event,
+) -> tuple[str, str, ProbeSummary, list[RequestRecord], dict[str, float], list[str]]:
+    from inferwise.probes.health import LoopLagSampler
+    from inferwise.probes.loadgen import arrival_schedule, closed_loop, open_loop
+    from inferwise.probes.summary import summarize
+
+    req = ctx.req
+    config = req.model_dump(mode="json", exclude={"db", "api_key_env", "allow_hosts"})
+    config.update(
+        {
+            "url": _display_url(req.url),
+            "concurrency": concurrency,
+            "request_rate": rate,
+            "requests": requests,
+        }
+    )
+    run_id = ctx.store.create_run(labels=labels, config=config, meta=meta)
+    records: list[RequestRecord] = []
+    counts = Counter()
+    notes: list[str] = []
+    t_begin = time.monotonic()
+    origin = t_begin
+    total = (requests or 0) + req.warmup_requests or None
+
+    async def on_record(rec: RequestRecord) -> None:
+        ctx.store.add_request(run_id, rec)
+        records.append(rec)
+        counts["ok" if rec.ok else "failed"] += 1
+        done = counts["ok"] + counts["failed"]
+        elapsed = time.monotonic() - t_begin
+        await _maybe(
+            progress,
+            done,
+            total,
+            f"completed {counts['ok']}, failed {counts['failed']}, {done / elapsed if elapsed > 0 else 0:.1f} req/s",
+        )
+
+    def send(i: int, scheduled: float | None, warmup: bool) -> Awaitable[RequestRecord]:
+        return _send_one(ctx, origin, i, scheduled, warmup)
+
+    lag = LoopLagSampler()
+    server_last: dict[str, float] = {}
+    scrape_task = None
+    scrape_stop = asyncio.Event()
+    if req.metrics_interval_s > 0:
+        scrape_task = asyncio.create_task(
+            _scrape(ctx, run_id, origin, scrape_stop, server_last, notes)
+        )
+
+    async def drive() -> None:
+        if req.warmup_requests:
+            await closed_loop(
+                send,
+                on_record,
+                concurrency=concurrency or min(req.warmup_requests, 8),
+                first_index=0,
+                count=req.warmup_requests,
+                deadline=None,
+                warmup=True,
+            )
+        lag.start()
+        start = time.monotonic()
+        deadline = start + duration_s if duration_s is not None else None
+        if rate is None:
+            await closed_loop(
+                send,
+                on_record,
+                concurrency=concurrency or 1,
+                first_index=req.warmup_requests,
+                count=requests,
+                deadline=deadline,
+            )
+        else:
+            cap = requests if requests is not None else req.max_requests - req.warmup_requests
+            schedule = arrival_schedule(
+                rate,
+                req.burstiness,
+                count=cap,
+                duration_s=duration_s,
+                seed=req.seed,
+                start_s=start - origin,
+            )
+            await open_loop(
+                send,
+                on_record,
+                schedule=schedule,
+                origin=origin,
+                first_index=req.warmup_requests,
+                max_in_flight=req.max_concurrency,
+                deadline=deadline,
+            )
+
+    task = asyncio.create_task(drive())
+    waiter = asyncio.create_task(stop.wait())
+    status = "complete"
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            status = "interrupted"
+        elif task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+    except asyncio.CancelledError:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        ctx.store.finish_run(
+            run_id,
+            "interrupted",
+            summarize(records, slo=req.slo, window_s=None, loop_lag_ms=lag.stop()),
+        )
+        raise
+    finally:
+        waiter.cancel()
+        scrape_stop.set()
+        if scrape_task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(scrape_task, 5)
+    if status == "interrupted":
+        notes.append(
+            f"interrupted: {len(records)} finished requests kept, requests in flight were cancelled"
+        )
+    summary = summarize(records, slo=req.slo, window_s=None, loop_lag_ms=lag.stop())
+    measured = [r for r in records if not r.warmup]
+    if measured and summary.completed == 0 and status == "complete":
+        status = "failed"
+    ctx.store.finish_run(run_id, status, summary)  # type: ignore[arg-type]
+    return run_id, status, summary, records, server_last, notes
+
+
+async def _scrape(
+    ctx: _Ctx,
+    run_id: str,
+    origin: float,
+    stop: asyncio.Event,
+    last: dict[str, float],
+    notes: list[str],
+) -> None:
+    """Best effort: the server's Prometheus metrics beside the run (a 404 ends it quietly)."""
+    try:
+        import httpx
+
+        from inferwise.probes.prom import scrape_loop
+
+        t = ctx.pool.target
+        host = f"[{t.connect_host}]" if ":" in t.connect_host else t.connect_host
+        url = f"{t.scheme}://{host}:{t.port}/metrics"
+        headers = {"Host": t.host_header}
+        if ctx.api_key:
+            headers["Authorization"] = f"Bearer {ctx.api_key}"
+
+        def sink(t_s: float, samples: list[Any]) -> None:
+            ctx.store.add_metric_samples(
+                run_id, [(t_s, s.name, s.labels, s.value) for s in samples]
+            )
+
+        verify: Any = True
+        if t.scheme == "https":
+            verify = True
+            url = f"https://{t.host}:{t.port}/metrics"
+        async with httpx.AsyncClient(headers=headers, verify=verify, trust_env=False) as client:
+            report = await scrape_loop(
+                client, url, ctx.req.metrics_interval_s, sink, stop, t0=origin
+            )
+        last.update(report.last)
+        if report.note and report.scrapes == 0 and "404" not in report.note:
+            notes.append(f"server metrics: {report.note}")
+    except Exception as exc:  # never fail a probe over metrics
+        notes.append(f"server metrics not recorded ({type(exc).__name__})")
+
+
+def _error_counts(records: list[RequestRecord]) -> list[ErrorClassCount]:
+    counts: Counter[str] = Counter()
+    examples: dict[str, list[str]] = defaultdict(list)
+    for r in records:
+        if r.ok:
+            continue
+        cls = r.error_class or "other"
+        counts[cls] += 1
+        msg = r.error_message or ""
+        if msg and msg not in examples[cls] and len(examples[cls]) < 3:
+            examples[cls].append(msg)
+    return [
+        ErrorClassCount(error_class=c, count=n, examples=examples[c])
+        for c, n in counts.most_common()
+    ]
+
+
+@contextlib.contextmanager
+def _signals(stop: asyncio.Event):
+    """SIGINT/SIGTERM end the run cleanly (main thread only); a second SIGINT aborts."""
+    loop = asyncio.get_running_loop()
+    installed: list[int] = []
+    if threading.current_thread() is threading.main_thread():
+
+        def first(sig: int) -> None:
+            stop.set()
+            if sig == signal.SIGINT:
+                loop.remove_signal_handler(signal.SIGINT)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, first, sig)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+    try:
+        yield
+    finally:
+        for sig in installed:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+
+
+async def run_probe(req: ProbeRequest, progress: Progress | None = None) -> ProbeResult:
+    """Run the probe (or each point of a sweep) and return the measured summary."""
+    from inferwise.probes.client import Pool, Target, Timeouts
+    from inferwise.probes.policy import TargetPolicy
+    from inferwise.probes.prompts import LengthSpec, Workload, load_dataset
+    from inferwise.probes.store import RunStore
+
+    requests, duration_s = _check_bounds(req)
+    policy = TargetPolicy.from_environment(req.allow_hosts)
+    addrs = await asyncio.to_thread(policy.check, req.url)
+    api_key = os.environ.get(req.api_key_env) or None
+    secrets = [api_key] if api_key else []
+    target = Target.from_url(req.url, connect_host=addrs[0])
+    dataset = load_dataset(req.dataset) if req.dataset else None
+    workload = Workload(
+        input_len=LengthSpec(req.input_tokens, req.input_distribution, req.input_spread),
+        output_len=LengthSpec(req.output_tokens, req.output_distribution, req.output_spread),
+        shared_prefix_fraction=req.shared_prefix_fraction,
+        dataset=dataset,
+        seed=req.seed,
+    )
+    store = RunStore(req.db)
+    pool = Pool(target)
+    timeouts = Timeouts(
+        req.connect_timeout_s, req.read_timeout_s, req.stall_timeout_s, req.total_timeout_s
+    )
+    ctx = _Ctx(req, pool, api_key, secrets, timeouts, workload, req.model or "", store)
+    notes: list[str] = []
+    stop = asyncio.Event()
+    try:
+        with _signals(stop):
+            if not ctx.model:
+                found, why = await _discover_model(ctx)
+                ctx.model = found or "default"
+                if why:
+                    notes.append(why)
+            calibration = Calibration(note="prompts from the dataset; no calibration needed")
+            if dataset is None or any(r.prompt is None for r in dataset):
+                calibration = (
+                    await _calibrate(ctx)
+                    if req.calibrate
+                    else Calibration(note="calibration turned off")
+                )
+            if not req.stream:
+                notes.append(
+                    "streaming off: TTFT equals end-to-end latency and ITL is not measured"
+                )
+            if req.request_rate is not None:
+                points = [(None, float(v)) for v in (req.sweep or [req.request_rate])]
+            else:
+                points = [(int(v), None) for v in (req.sweep or [req.concurrency or 1])]
+            labels = {"model": ctx.model, "endpoint": req.endpoint, **req.label}
+            meta = {
+                "client": "inferwise-probe",
+                "tool_version": _version(),
+                "python": platform.python_version(),
+                "host": platform.node(),
+                "calibration": calibration.model_dump(),
+                "target_host": target.host,
+            }
+            sweep: list[SweepPoint] = []
+            all_records: list[RequestRecord] = []
+            last_server: dict[str, float] = {}
+            for conc, rate in points:
+                if stop.is_set():
+                    break
+                point_labels = dict(labels)
+                if req.sweep:
+                    point_labels["sweep"] = "concurrency" if rate is None else "request_rate"
+                    point_labels["sweep_value"] = f"{conc if rate is None else rate:g}"
+                run_id, status, summary, records, server, pnotes = await _run_point(
+                    ctx,
+                    concurrency=conc,
+                    rate=rate,
+                    requests=requests,
+                    duration_s=duration_s,
+                    labels=point_labels,
+                    meta=meta,
+                    progress=progress,
+                    stop=stop,
+                )
+                all_records += records
+                last_server = server or last_server
+                notes += pnotes
+                sweep.append(
+                    SweepPoint(
+                        concurrency=conc,
+                        request_rate=rate,
+                        run_id=run_id,
+                        status=status,
+                        summary=summary,
+                    )
+                )
+    finally:
+        pool.close()
+        store.close()
+    if not sweep:
+        raise OperationalError("interrupted before the first request was sent; nothing stored")
+    last = sweep[-1]
+    if ctx.workload_errors:
+        errs = ctx.workload_errors
+        calibration.mean_input_tokens_error_pct = round(100 * sum(errs) / len(errs), 2)
+    for s in sweep:
+        notes += [n for n in s.summary.client_health.notes if n not in notes]
+    completed = sum(1 for r in all_records if r.ok and not r.warmup)
+    measured = sum(1 for r in all_records if not r.warmup)
+    return ProbeResult(
+        run_id=last.run_id,
+        status="interrupted"
+        if any(s.status == "interrupted" for s in sweep)
+        else ("failed" if completed == 0 else "complete"),
+        url=_display_url(req.url),
+        model=ctx.model,
+        endpoint=req.endpoint,
+        load=_load_words(last.concurrency, last.request_rate, req.burstiness),
+        concurrency=last.concurrency,
+        request_rate=last.request_rate,
+        stream=req.stream,
+        summary=last.summary,
+        errors=_error_counts(all_records),
+        sweep=sweep if req.sweep else [],
+        client_health=last.summary.client_health,
+        calibration=calibration,
+        server_metrics=last_server,
+        notes=notes,
+        db_path=str(store.path),
+        all_failed=measured > 0 and completed == 0,
+    )
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("inferwise")
+    except Exception:
+        return "unknown"
