@@ -1,0 +1,427 @@
+"""`inferwise sim`: a simulated OpenAI-compatible engine on localhost, no GPU needed.
+
+It is the target of the probe's tests and of `inferwise demo`, and the
+reference server of the probe's precision benchmark: it logs, per request,
+the monotonic time it sent every token-bearing chunk (`SimServer.send_log`,
+or GET /sim/send_log), which is the truth a client's measurements are
+compared with.
+
+Timing: with `--model` and `--gpu` the engine steps at the speed the roofline
+`StepModel` predicts for that deployment; otherwise it follows a fixed
+schedule (`--ttft-ms`, `--itl-ms`). Either way one continuous-batching loop
+serves every request, so queueing and batch growth show up as they would on
+a real engine (see sim_engine.py). /metrics speaks vLLM's metric names.
+
+The models here import only pydantic at module level; uvicorn is imported
+when the server starts.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from inferwise.calculators.deployment import Deployment
+from inferwise.calculators.errors import InputError, OperationalError
+
+_D = Deployment.model_fields
+
+
+def _desc(name: str, extra: str = "") -> str:
+    return (_D[name].description or "") + extra
+
+
+class SimConfig(BaseModel):
+    """Flags of `inferwise sim` (and the keyword arguments of SimServer)."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address to listen on; loopback only unless --allow-remote.",
+    )
+    allow_remote: bool = Field(
+        default=False, description="Allow listening on a non-loopback address."
+    )
+    port: int = Field(default=8000, ge=0, le=65535, description="TCP port; 0 picks a free one.")
+    served_model_name: str = Field(
+        default="inferwise/sim",
+        min_length=1,
+        description="Model id the API reports and accepts (vLLM --served-model-name).",
+    )
+    # --- deployment: when `model` is given the roofline model times the engine steps
+    model: str | None = Field(
+        default=None,
+        description="Model (Hugging Face id from the catalog) whose deployment the engine's step times follow; "
+        "needs --gpu. Without it the fixed schedule (--ttft-ms, --itl-ms) applies.",
+    )
+    gpu: str | None = Field(default=None, description=_desc("gpu"))
+    gpu_memory_gib: float | None = Field(
+        default=None, gt=0, le=4096, description=_desc("gpu_memory_gib")
+    )
+    tensor_parallel_size: int = Field(
+        default=1, ge=1, le=128, description=_desc("tensor_parallel_size")
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description=_desc("gpu_memory_utilization")
+    )
+    quantization: str | None = Field(default=None, description=_desc("quantization"))
+    kv_cache_dtype: str = Field(default="auto", description=_desc("kv_cache_dtype"))
+    engine: Literal["vllm", "sglang"] = Field(default="vllm", description=_desc("engine"))
+    max_model_len: int | None = Field(
+        default=None,
+        ge=16,
+        description="Longest prompt + output in tokens the server accepts; default 32768.",
+    )
+    max_num_seqs: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Sequences running at once (slots); more requests wait in the queue. Default: 16, or the "
+        "deployment's engine default.",
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Token budget of one engine step (chunked prefill); default: unlimited, "
+        "or the deployment's engine default.",
+    )
+    # --- fixed schedule
+    ttft_ms: float = Field(
+        default=50.0,
+        ge=0,
+        le=600_000,
+        description="Fixed schedule: time of a step that prefills (TTFT at concurrency 1), ms.",
+    )
+    itl_ms: float = Field(
+        default=10.0,
+        ge=0,
+        le=60_000,
+        description="Fixed schedule: time of a decode step (ITL at concurrency 1), ms.",
+    )
+    itl_per_seq_ms: float = Field(
+        default=0.1,
+        ge=0,
+        le=1000,
+        description="Fixed schedule: extra step time per additional running sequence, ms "
+        "(ITL grows with the batch).",
+    )
+    kv_capacity_tokens: int = Field(
+        default=262_144,
+        ge=64,
+        description="Fixed schedule: KV cache size in tokens (admission and preemption).",
+    )
+    enable_prefix_caching: bool = Field(
+        default=True,
+        description="Count prefix-cache hits over 16-token blocks (with a deployment, hits skip prefill).",
+    )
+    # --- output
+    tokens_per_chunk: int = Field(
+        default=1, ge=1, le=64, description="Tokens carried by each streamed chunk."
+    )
+    default_max_tokens: int = Field(
+        default=256, ge=1, description="Output tokens when a request gives no max_tokens."
+    )
+    eos_mean_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Simulate end-of-sequence after a random number of tokens with this mean (requests with "
+        "ignore_eos or min_tokens override it); default: every request runs to max_tokens.",
+    )
+    seed: int = Field(
+        default=0, description="Seed of the fault draws and of simulated EOS lengths."
+    )
+    # --- faults
+    fault_429_rate: float = Field(
+        default=0.0, ge=0, le=1, description="Share of requests answered 429 (with Retry-After: 1)."
+    )
+    fault_503_rate: float = Field(
+        default=0.0, ge=0, le=1, description="Share of requests answered 503."
+    )
+    fault_cut_rate: float = Field(
+        default=0.0, ge=0, le=1, description="Share of requests whose connection drops mid-stream."
+    )
+    fault_stall_rate: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Share of requests whose stream stalls for --stall-s mid-way.",
+    )
+    stall_s: float = Field(default=2.0, ge=0, le=600, description="Length of a stall, seconds.")
+    slow_first_byte_ms: float = Field(
+        default=0.0, ge=0, le=600_000, description="Delay before every response's first byte, ms."
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        default="warning", description="uvicorn log level."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> SimConfig:
+        total = (
+            self.fault_429_rate + self.fault_503_rate + self.fault_cut_rate + self.fault_stall_rate
+        )
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"fault rates add up to {total:g}; at most 1")
+        if self.model is not None and self.gpu is None and self.gpu_memory_gib is None:
+            raise ValueError("--model needs --gpu (or --gpu-memory-gib) for the roofline timing")
+        return self
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_host(config: SimConfig) -> None:
+    if not _is_loopback(config.host) and not config.allow_remote:
+        raise InputError(
+            "host",
+            f"{config.host} is not a loopback address",
+            "127.0.0.1, ::1, localhost; or --allow-remote",
+        )
+
+
+def build_app(config: SimConfig) -> Any:
+    """The ASGI app, with the timing model resolved now so bad deployments fail before binding."""
+    from inferwise.probes.sim_engine import FixedTiming, SimEngine
+    from inferwise.probes.sim_http import SimApp, SimSettings
+
+    timing: Any
+    max_num_seqs = config.max_num_seqs or 16
+    kv_capacity = config.kv_capacity_tokens
+    batched = config.max_num_batched_tokens
+    if config.model is not None:
+        from inferwise.calculators.roofline import StepModel
+
+        dep = Deployment(
+            model=config.model,
+            gpu=config.gpu,
+            gpu_memory_gib=config.gpu_memory_gib,
+            tensor_parallel_size=config.tensor_parallel_size,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            quantization=config.quantization,
+            kv_cache_dtype=config.kv_cache_dtype,  # type: ignore[arg-type]
+            engine=config.engine,
+            max_model_len=config.max_model_len,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+        )
+        step = StepModel.from_deployment(dep)
+        timing = step
+        max_num_seqs = int(step.max_num_seqs)
+        kv_capacity = int(step.kv_capacity_tokens)
+        batched = int(step.max_num_batched_tokens)
+    else:
+        timing = FixedTiming(config.ttft_ms, config.itl_ms, config.itl_per_seq_ms)
+    settings = SimSettings(
+        served_model_name=config.served_model_name,
+        max_model_len=config.max_model_len or 32768,
+        default_max_tokens=config.default_max_tokens,
+        tokens_per_chunk=config.tokens_per_chunk,
+        seed=config.seed,
+        fault_429_rate=config.fault_429_rate,
+        fault_503_rate=config.fault_503_rate,
+        fault_cut_rate=config.fault_cut_rate,
+        fault_stall_rate=config.fault_stall_rate,
+        stall_s=config.stall_s,
+        slow_first_byte_ms=config.slow_first_byte_ms,
+    )
+
+    def engine_factory() -> SimEngine:
+        return SimEngine(
+            timing,
+            max_num_seqs=max_num_seqs,
+            kv_capacity_tokens=kv_capacity,
+            max_num_batched_tokens=batched,
+            enable_prefix_caching=config.enable_prefix_caching,
+            eos_mean_tokens=config.eos_mean_tokens,
+            seed=config.seed,
+        )
+
+    return SimApp(settings, engine_factory)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InputError("port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _uvicorn_server(app: Any, config: SimConfig) -> Any:
+    import uvicorn
+
+    ucfg = uvicorn.Config(
+        app,
+        log_level=config.log_level,
+        access_log=False,
+        lifespan="on",
+        http="h11",
+        loop="asyncio",
+        timeout_graceful_shutdown=1,
+        timeout_keep_alive=30,
+        backlog=2048,
+    )
+    return uvicorn.Server(ucfg)
+
+
+def serve(config: SimConfig, *, ready_line: bool = False) -> int:
+    """Run the simulated engine until Ctrl-C. Returns the exit code."""
+    check_host(config)
+    app = build_app(config)
+    sock = _bind(config.host, config.port)
+    port = sock.getsockname()[1]
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    if ready_line:
+        sys.stdout.write(f"READY {port}\n")
+        sys.stdout.flush()
+    mode = (
+        f"roofline of {config.model} on {config.gpu or f'{config.gpu_memory_gib} GiB'}"
+        if config.model
+        else (f"fixed schedule ttft={config.ttft_ms:g} ms, itl={config.itl_ms:g} ms")
+    )
+    sys.stderr.write(
+        f"inferwise sim: serving {config.served_model_name} at http://{host}:{port}/v1 ({mode}); "
+        f"metrics at /metrics; Ctrl-C stops\n"
+    )
+    server = _uvicorn_server(app, config)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return 0
+
+
+class SimServer:
+    """The simulated engine on a free 127.0.0.1 port, for tests and `inferwise demo`.
+
+    In a background thread by default (the send log is read directly); with
+    `process=True` in a child process, so that its CPU time does not compete
+    with the client's event loop for the GIL (what a precision benchmark
+    wants); the send log then comes over GET /sim/send_log.
+    """
+
+    def __init__(self, config: SimConfig | None = None, *, process: bool = False, **overrides: Any):
+        base = config.model_dump() if config is not None else {}
+        base.update(overrides)
+        base.setdefault("port", 0)
+        base.setdefault("log_level", "critical")
+        self.config = SimConfig.model_validate(base)
+        check_host(self.config)
+        self.process = process
+        self.app: Any = None
+        self.port: int | None = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._proc: subprocess.Popen[str] | None = None
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("SimServer is not running")
+        return f"http://{self.config.host}:{self.port}"
+
+    def __enter__(self) -> SimServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if self.process:
+            self._start_process()
+            return
+        self.app = build_app(self.config)
+        sock = _bind(self.config.host, self.config.port)
+        self.port = sock.getsockname()[1]
+        self._server = _uvicorn_server(self.app, self.config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True, name="inferwise-sim"
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 15
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise OperationalError("the simulated engine did not start")
+            time.sleep(0.005)
+
+    def _start_process(self) -> None:
+        cmd = [sys.executable, "-m", "inferwise.probes.sim", self.config.model_dump_json()]
+        self._proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        result: list[str] = []
+        reader = threading.Thread(
+            target=lambda: result.append(self._proc.stdout.readline()), daemon=True
+        )  # type: ignore[union-attr]
+        reader.start()
+        reader.join(timeout=20)
+        line = result[0] if result else ""
+        if not line.startswith("READY "):
+            self.stop()
+            raise OperationalError("the simulated engine process did not start")
+        self.port = int(line.split()[1])
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            if self._thread is not None:
+                self._thread.join(timeout=10)
+            self._server = None
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout=5)
+            self._proc = None
+
+    @property
+    def send_log(self) -> dict[str, Any]:
+        """Per request id: the server's SendLogEntry (arrival, every chunk's send time and tokens)."""
+        from inferwise.probes.sim_http import SendLogEntry
+
+        if self.app is not None:
+            return dict(self.app.send_log)
+        import httpx
+
+        raw = httpx.get(self.base_url + "/sim/send_log", timeout=30).json()
+        out = {}
+        for rid, d in raw.items():
+            chunks = [tuple(c) for c in d.pop("chunks")]
+            entry = SendLogEntry(**d)
+            entry.chunks = chunks  # type: ignore[assignment]
+            out[rid] = entry
+        return out
+
+
+def _main(argv: list[str]) -> int:
+    config = SimConfig.model_validate(json.loads(argv[0]))
+    return serve(config, ready_line=True)
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
