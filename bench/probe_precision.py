@@ -1,0 +1,196 @@
+"""How far the probe's timings are from the truth, at concurrency 1 and 64.
+
+A reference server (``bench/refserver.py``) with a known schedule runs in its
+own process, pinned to another core when there is one, and logs the
+monotonic time of every send. On Linux CLOCK_MONOTONIC is system-wide, so the
+server's and the client's timestamps compare directly. The probe runs through
+its real path (``run_probe``, the run store), with prompts stored so that
+each client record can be matched to the server's log by a hash of its prompt.
+
+Per request:
+* true TTFT = server's first-token send - server's receive of the request;
+  error = measured TTFT - true TTFT (so it includes loopback transit and the
+  client's own overhead on both ends: what a user of the numbers cares about);
+* ITL error per gap = measured chunk gap - server send gap;
+* SLO attainment, measured vs the server's truth, on a TTFT and E2E target set
+  near the middle of the schedule's range, where small errors move it most.
+
+Usage: ``python bench/probe_precision.py [--requests-c64 640] [--json]``
+Targets (issue 4): median TTFT error <= 2 ms at c=1 and <= 5 ms at c=64,
+median ITL error <= 1 ms, SLO attainment within 2 points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    pos = (len(xs) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def run_point(
+    base_url: str, concurrency: int, requests: int, args: argparse.Namespace, db: str
+) -> dict:
+    from inferwise.probes.runner import ProbeRequest, run_probe
+    from inferwise.probes.store import RunStore
+
+    slo = {"ttft_ms": args.slo_ttft_ms, "e2e_ms": args.slo_e2e_ms}
+    req = ProbeRequest(
+        url=base_url,
+        model="ref-model",
+        concurrency=concurrency,
+        requests=requests,
+        input_tokens=args.input_tokens,
+        output_tokens=args.output_tokens,
+        store_text=True,
+        calibrate=False,
+        metrics_interval_s=0,
+        slo=slo,
+        db=db,
+        seed=concurrency,
+    )
+    result = asyncio.run(run_probe(req))
+    records = RunStore(db).requests(result.run_id)
+    with urllib.request.urlopen(base_url + "/_log", timeout=30) as resp:
+        log = {e["key"]: e for e in json.loads(resp.read())}
+    ttft_err, e2e_err, itl_err, itl_abs = [], [], [], []
+    met_truth = met_meas = n = 0
+    for r in records:
+        if r.warmup or not r.prompt_text:
+            continue
+        e = log.get(hashlib.sha1(r.prompt_text.encode()).hexdigest()[:16])
+        if e is None or not r.ok or not e["send_t"]:
+            continue
+        n += 1
+        true_ttft = (e["send_t"][0] - e["recv_t"]) * 1000
+        true_e2e = (e["send_t"][-1] - e["recv_t"]) * 1000
+        ttft_err.append(r.ttft_ms - true_ttft)
+        # the client's E2E ends at the last byte (after [DONE]); compare the last token chunk
+        e2e_err.append((r.chunk_times_s[-1] - r.start_s) * 1000 - true_e2e)
+        server_gaps = [(b - a) * 1000 for a, b in zip(e["send_t"], e["send_t"][1:], strict=False)]
+        client_gaps = r.chunk_gaps_ms()
+        for cg, sg in zip(client_gaps, server_gaps, strict=False):
+            itl_err.append(cg - sg)
+            itl_abs.append(abs(cg - sg))
+        met_truth += true_ttft <= slo["ttft_ms"] and true_e2e <= slo["e2e_ms"]
+        met_meas += r.ttft_ms <= slo["ttft_ms"] and r.e2e_ms <= slo["e2e_ms"]
+    s = result.summary
+    return {
+        "concurrency": concurrency,
+        "matched_requests": n,
+        "failed": s.failed,
+        "ttft_error_ms": {
+            "median": _pct(ttft_err, 50),
+            "p90": _pct(ttft_err, 90),
+            "p99": _pct(ttft_err, 99),
+        },
+        "last_token_error_ms": {"median": _pct(e2e_err, 50), "p99": _pct(e2e_err, 99)},
+        "itl_error_ms": {
+            "median": _pct(itl_err, 50),
+            "median_abs": _pct(itl_abs, 50),
+            "p99_abs": _pct(itl_abs, 99),
+        },
+        "slo_attainment_pct": {
+            "measured": s.slo_attainment_pct,
+            "truth": 100 * met_truth / n if n else None,
+            "measured_matched": 100 * met_meas / n if n else None,
+        },
+        "client_health": {
+            "saturated": s.client_health.saturated,
+            "loop_lag_p99_ms": s.client_health.loop_lag_ms.p99,
+        },
+        "run_id": result.run_id,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="Probe timing precision against a reference server.")
+    ap.add_argument("--requests-c1", type=int, default=60)
+    ap.add_argument("--requests-c64", type=int, default=640)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64])
+    ap.add_argument("--ttft-lo-ms", type=float, default=20)
+    ap.add_argument("--ttft-hi-ms", type=float, default=200)
+    ap.add_argument("--itl-ms", type=float, default=15)
+    ap.add_argument("--input-tokens", type=int, default=200)
+    ap.add_argument("--output-tokens", type=int, default=32)
+    ap.add_argument("--slo-ttft-ms", type=float, default=110)
+    ap.add_argument("--slo-e2e-ms", type=float, default=600)
+    ap.add_argument(
+        "--no-pin", action="store_true", help="do not pin server and client to separate cores"
+    )
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = not args.no_pin and len(cpus) >= 2
+    port = _free_port()
+    cmd = [
+        sys.executable, str(HERE / "refserver.py"), "--port", str(port),
+        "--ttft-lo-ms", str(args.ttft_lo_ms), "--ttft-hi-ms", str(args.ttft_hi_ms), "--itl-ms", str(args.itl_ms),
+    ]  # fmt: skip
+    if pin:
+        cmd += ["--cpu", str(cpus[-1])]
+        os.sched_setaffinity(0, set(cpus[:-1]))
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        if not line.startswith("ready"):
+            raise SystemExit("reference server did not start")
+        base = f"http://127.0.0.1:{port}"
+        out = {"cpus": len(cpus), "pinned": pin, "points": []}
+        with tempfile.TemporaryDirectory() as tmp:
+            for c in args.concurrency:
+                n = args.requests_c1 if c == 1 else args.requests_c64 if c == 64 else 10 * c
+                t0 = time.monotonic()
+                point = run_point(base, c, n, args, str(Path(tmp) / "runs.db"))
+                point["wall_s"] = round(time.monotonic() - t0, 1)
+                out["points"].append(point)
+    finally:
+        server.terminate()
+        server.wait(5)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"cpus={out['cpus']} pinned={out['pinned']}")
+    print(
+        "  c  matched  TTFT err med/p90/p99 ms   ITL err med / |med| / |p99| ms   SLO att meas/truth %   lag p99 ms"
+    )
+    for p in out["points"]:
+        t, i, s = p["ttft_error_ms"], p["itl_error_ms"], p["slo_attainment_pct"]
+        print(
+            f"{p['concurrency']:>3} {p['matched_requests']:>8}   {t['median']:+6.2f} {t['p90']:+6.2f} {t['p99']:+7.2f}"
+            f"        {i['median']:+6.3f} {i['median_abs']:6.3f} {i['p99_abs']:6.2f}"
+            f"          {s['measured']:5.1f} / {s['truth']:5.1f}        {p['client_health']['loop_lag_p99_ms'] or 0:5.2f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
