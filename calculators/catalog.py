@@ -233,13 +233,20 @@ def list_models() -> list[ModelSource]:
 
 
 def _checkpoint_bytes(folder: Path) -> tuple[int | None, str]:
-    """Exact checkpoint size of a local model folder, and how it was found."""
-    index_path = folder / "model.safetensors.index.json"
-    if index_path.is_file():
+    """Exact checkpoint size of a local model folder, and how it was found.
+
+    The index's ``metadata.total_size`` counts tensor bytes only, which is what
+    the weights occupy on the GPU; summing file sizes adds the small JSON
+    headers, so it is only the fallback.
+    """
+    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        index_path = folder / index_name
+        if not index_path.is_file():
+            continue
         index = _read_json(index_path)
         total = index.get("metadata", {}).get("total_size") if isinstance(index, dict) else None
         if isinstance(total, (int, float)) and total > 0:
-            return int(total), f"checkpoint bytes from {index_path.name} metadata.total_size"
+            return int(total), f"checkpoint bytes from {index_name} metadata.total_size"
     files = sorted(folder.glob("*.safetensors"))
     if files:
         total = sum(f.stat().st_size for f in files)
@@ -250,9 +257,21 @@ def _checkpoint_bytes(folder: Path) -> tuple[int | None, str]:
     return None, ""
 
 
+def _hf_cache_snapshot(folder: Path) -> Path | None:
+    """A Hugging Face cache folder (``models--org--name``) keeps its files in
+    ``snapshots/<revision>/``; use the newest snapshot that has a config.json."""
+    snapshots = folder / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    candidates = [d for d in snapshots.iterdir() if (d / "config.json").is_file()]
+    return max(candidates, key=lambda d: d.stat().st_mtime) if candidates else None
+
+
 def _load_path(path: Path) -> ModelSource:
     path = path.expanduser()
     if path.is_dir():
+        if not (path / "config.json").is_file():
+            path = _hf_cache_snapshot(path) or path
         config_path = path / "config.json"
         if not config_path.is_file():
             raise InputError(

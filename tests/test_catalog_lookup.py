@@ -4,6 +4,7 @@ any case, local model folders, and errors that name the closest entries."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,21 @@ def test_json_that_is_not_a_config_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(InputError) as info:
         load_model(str(path))
     assert "model_type" in info.value.message
+
+
+def test_pytorch_bin_index_total_size_is_used(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_LIKE))
+    index = {"metadata": {"total_size": 987654}, "weight_map": {}}
+    (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+    assert load_model(str(tmp_path)).checkpoint_bytes == 987654
+
+
+def test_hf_cache_folder_resolves_to_newest_snapshot(tmp_path: Path) -> None:
+    repo = tmp_path / "models--org--tiny"
+    old = repo / "snapshots" / "aaa"
+    new = repo / "snapshots" / "bbb"
+    for folder, layers in ((old, 1), (new, 3)):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps({**LLAMA_LIKE, "num_hidden_layers": layers}))
+    os.utime(old, (1_000_000, 1_000_000))
+    assert load_model(str(repo)).config["num_hidden_layers"] == 3
