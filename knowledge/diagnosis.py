@@ -1,0 +1,235 @@
+"""Rank bottleneck hypotheses from a workload file and/or a stored probe run.
+
+How it reasons: the workload (and run) become a table of facts tagged
+measured / stated / computed / catalog / derived (knowledge/evidence.py); the
+evidence rules in knowledge/rules/*.toml fire on those facts and add weight
+to hypothesis ids, or take it away (counter-evidence). The seeds' symptom
+table gives modest weights; measurements, and measurements set against the
+calculators' predictions, give larger ones, because a measured KV cache at
+98 % with preemptions says more than the word "slow".
+
+Confidence is a number 0-1: ``1 - exp(-score / 5)`` of the net rule weight.
+It is a strength-of-evidence scale, not a probability: ``level`` is "high"
+from 0.65 (several independent measurements agree), "medium" from 0.35, else
+"low" (a lead from symptoms alone). Every hypothesis says how to prove it
+before anything is changed.
+
+Stdlib + pydantic at module level; the calculators and the run store are
+imported when used.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from inferwise.knowledge.evidence import Analysis, analyse
+from inferwise.knowledge.rule_engine import Finding, evaluate, load_table
+from inferwise.knowledge.vocabulary import HYPOTHESES
+from inferwise.knowledge.workload import Workload, load_workload
+
+WORKLOAD_HELP = (
+    "The workload: a path to a JSON or TOML workload file, or the JSON text itself. Fields "
+    "(all optional): product, traffic, slo, constraints, deployment, observations, symptoms "
+    "(see DESIGN.md). Latencies in ms as percentile objects, e.g. "
+    '{"observations": {"ttft_ms": {"p95": 6000}, "queue_depth": 40}, "symptoms": ["ttft_high"]}.'
+)
+RUN_HELP = (
+    "Id of a stored probe run (from `inferwise probe` / list_runs; a unique prefix or 'latest' "
+    "works). Its latency distributions, errors and scraped engine metrics are used as measurements."
+)
+DB_HELP = "Path of the run database (default: the one `inferwise probe` writes)."
+
+
+class DiagnoseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workload: str | None = Field(default=None, description=WORKLOAD_HELP)
+    run: str | None = Field(default=None, description=RUN_HELP)
+    db: str | None = Field(default=None, description=DB_HELP)
+    limit: int = Field(
+        default=8, ge=1, le=24, description="Maximum number of ranked hypotheses to return."
+    )
+
+
+class Hypothesis(BaseModel):
+    id: str = Field(description="Hypothesis id from the shared vocabulary.")
+    title: str
+    confidence: float = Field(
+        ge=0, le=1, description="Strength of evidence 0-1 (1 - exp(-score/5)); not a probability."
+    )
+    level: Literal["high", "medium", "low"] = Field(
+        description="high >= 0.65, medium >= 0.35, else low."
+    )
+    score: float = Field(description="Net rule weight (evidence minus counter-evidence).")
+    evidence: list[str] = Field(description="Why it is suspected; each line ends with its sources.")
+    counter_evidence: list[str] = Field(default_factory=list)
+    how_to_prove: list[str] = Field(description="Checks to run before changing anything.")
+    decisive_metric: str = Field(description="The one measurement that settles it.")
+    playbooks: list[str] = Field(
+        default_factory=list, description="Playbook ids that address it, least complex first."
+    )
+
+
+class CounterEvidence(BaseModel):
+    hypothesis: str
+    title: str
+    evidence: list[str]
+
+
+class SymptomSeen(BaseModel):
+    id: str
+    title: str
+    source: Literal["stated", "derived"]
+    basis: str
+
+
+class FactUsed(BaseModel):
+    name: str = Field(description="Dotted fact name (workload path, gpu.*, fit.*, predicted.*, derived.*, run.*).")
+    value: float | int | str | bool
+    source: Literal["measured", "stated", "derived", "computed", "catalog", "assumed"]
+    note: str = ""
+
+
+class DiagnoseResult(BaseModel):
+    workload_name: str | None = None
+    run_id: str | None = None
+    symptoms: list[SymptomSeen] = Field(
+        default_factory=list, description="Symptoms stated in the workload or derived from measurement vs SLO."
+    )
+    hypotheses: list[Hypothesis] = Field(description="Ranked, most likely first.")
+    counter_evidence: list[CounterEvidence] = Field(
+        default_factory=list, description="Evidence against hypotheses (including ruled-out ones)."
+    )
+    facts: list[FactUsed] = Field(
+        default_factory=list, description="Measured, computed and catalog facts the reasoning used."
+    )
+    assumptions: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(
+        default_factory=list, description="What could not be computed and why."
+    )
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def _confidence(score: float) -> tuple[float, str]:
+    c = round(1 - math.exp(-max(score, 0.0) / 5.0), 2)
+    return c, "high" if c >= 0.65 else "medium" if c >= 0.35 else "low"
+
+
+def _line(f: Finding) -> str:
+    return f"{f.text} [{', '.join(f.sources)}]" if f.sources else f.text
+
+
+def _guide(hyp: str) -> dict:
+    return load_table("hypotheses.toml").get(hyp, {})
+
+
+def _playbooks(hyp: str) -> list[str]:
+    try:
+        from inferwise.knowledge.playbooks import playbooks_for
+    except ImportError:  # pragma: no cover - playbooks land separately
+        return []
+    return [p.id for p in playbooks_for(hyp)]
+
+
+def rank(a: Analysis, limit: int = 24) -> tuple[list[Hypothesis], list[CounterEvidence]]:
+    findings = evaluate(a.facts)
+    for hyp in a.workload.suspected_causes or []:
+        findings.setdefault(hyp, []).append(
+            Finding("suspected", 1.0, "The team already suspects this cause.", ("stated",))
+        )
+    ranked: list[Hypothesis] = []
+    against: list[CounterEvidence] = []
+    order = list(HYPOTHESES)
+    for hyp in sorted(findings, key=lambda h: (-sum(f.weight for f in findings[h]), order.index(h))):
+        fs = findings[hyp]
+        score = round(sum(f.weight for f in fs), 2)
+        pro = [_line(f) for f in sorted(fs, key=lambda f: -f.weight) if f.weight > 0]
+        con = [_line(f) for f in sorted(fs, key=lambda f: f.weight) if f.weight < 0]
+        if con:
+            against.append(CounterEvidence(hypothesis=hyp, title=HYPOTHESES[hyp], evidence=con))
+        if score <= 0 or not pro:
+            continue
+        conf, level = _confidence(score)
+        guide = _guide(hyp)
+        ranked.append(
+            Hypothesis(
+                id=hyp,
+                title=HYPOTHESES[hyp],
+                confidence=conf,
+                level=level,  # type: ignore[arg-type]
+                score=score,
+                evidence=pro,
+                counter_evidence=con,
+                how_to_prove=list(guide.get("how_to_prove", [])),
+                decisive_metric=str(guide.get("decisive", "")),
+                playbooks=_playbooks(hyp),
+            )
+        )
+    return ranked[:limit], against
+
+
+def facts_used(a: Analysis) -> list[FactUsed]:
+    """The facts worth showing: measured, computed, catalog and derived ones (stated values
+    are the user's own file)."""
+    out = []
+    for name, f in sorted(a.facts.items()):
+        if f.source == "stated" or name.startswith("symptom."):
+            continue
+        value = f.value
+        if isinstance(value, float):
+            value = round(value, 4)
+        if not isinstance(value, (int, float, str, bool)):
+            continue
+        out.append(FactUsed(name=name, value=value, source=f.source, note=f.note))  # type: ignore[arg-type]
+    return out
+
+
+def load_inputs(workload: str | None, run: str | None, db: str | None) -> Workload:
+    """The workload to reason on; with only a run, an empty workload (the run supplies the
+    measurements). Neither is an input error naming both."""
+    from inferwise.calculators.errors import InputError
+
+    if not workload and not run:
+        raise InputError(
+            "workload",
+            "give a workload (file path or JSON text) and/or a stored probe run id",
+            "--workload FILE or --run RUN_ID",
+        )
+    return load_workload(workload) if workload else Workload()
+
+
+def diagnose(req: DiagnoseRequest) -> DiagnoseResult:
+    """Rank the likely bottlenecks, with evidence, counter-evidence and how to prove each."""
+    wl = load_inputs(req.workload, req.run, req.db)
+    a = analyse(wl, req.run, req.db)
+    hypotheses, against = rank(a, req.limit)
+    notes = list(dict.fromkeys(a.notes))
+    if not hypotheses:
+        notes.append(
+            "No hypothesis has evidence yet: add observations (TTFT/ITL percentiles, queue depth, "
+            "KV cache usage, GPU utilisation) or symptoms, or pass a probe run with --run."
+        )
+    return DiagnoseResult(
+        workload_name=wl.name,
+        run_id=a.run["run_id"] if a.run else None,
+        symptoms=[
+            SymptomSeen(id=s.id, title=_symptom_title(s.id), source=s.source, basis=s.basis)  # type: ignore[arg-type]
+            for s in a.symptoms
+        ],
+        hypotheses=hypotheses,
+        counter_evidence=against,
+        facts=facts_used(a),
+        assumptions=list(dict.fromkeys(a.assumptions)),
+        notes=notes,
+    )
+
+
+def _symptom_title(sid: str) -> str:
+    from inferwise.knowledge.vocabulary import SYMPTOMS
+
+    return SYMPTOMS[sid]

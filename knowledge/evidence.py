@@ -1,0 +1,486 @@
+"""The fact table diagnosis and planning reason on.
+
+Everything known about a workload is flattened into named facts, each tagged
+with where it came from, so that an output can say which numbers were
+measured, stated, computed or assumed:
+
+* ``traffic.*``, ``slo.*``, ``deployment.*`` ...  stated in the workload file;
+* ``observations.*``  measured (the workload's observations, or a stored probe
+  run's summary and scraped engine metrics when the workload lacks them);
+* ``gpu.*``  from the GPU catalog;
+* ``fit.*``, ``predicted.*``, ``budget.*``  computed by the calculators;
+* ``derived.*``  arithmetic on the above (ratios against SLOs or predictions);
+* ``symptom.<id>``  stated in ``symptoms`` or derived from measurement vs SLO;
+* ``run.*``  a probe run's error classes and engine-metric extremes.
+
+A fact that nobody measured is simply absent; rules never fire on it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferwise.calculators.errors import InputError
+from inferwise.knowledge.rule_engine import Fact
+from inferwise.knowledge.sizing import (
+    CalcOutcome,
+    can_size,
+    gpu_info,
+    run_budget,
+    run_fit,
+    run_predict,
+)
+from inferwise.knowledge.vocabulary import SYMPTOMS
+from inferwise.knowledge.workload import Workload
+
+LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+PCTS = ("p50", "p90", "p95", "p99")
+
+# Thresholds used only when the workload gives no SLO and no prediction is
+# available; every use is reported in the assumptions.
+GENERIC_TTFT_HIGH_MS = 2000.0
+GENERIC_TTFT_OK_MS = 500.0
+GENERIC_ITL_HIGH_MS = 100.0
+GENERIC_ITL_OK_MS = 50.0
+GPU_UTIL_LOW = 0.4
+LONG_PROMPT_P95_TOKENS = 4000
+LONG_PROMPT_P50_TOKENS = 2000
+
+
+@dataclass
+class SymptomBasis:
+    id: str
+    source: str
+    """``stated`` (the workload's symptoms list) or ``derived`` (from measurement)."""
+    basis: str
+
+
+@dataclass
+class Analysis:
+    workload: Workload
+    facts: dict[str, Fact] = field(default_factory=dict)
+    symptoms: list[SymptomBasis] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    calcs: dict[str, CalcOutcome] = field(default_factory=dict)
+    run: dict[str, Any] | None = None
+    gpu: Any | None = None
+
+    def put(self, name: str, value: Any, source: str, note: str = "") -> None:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return
+        self.facts[name] = Fact(value, source, note)
+
+    def value(self, name: str) -> Any:
+        f = self.facts.get(name)
+        return None if f is None else f.value
+
+
+# --------------------------------------------------------------------------- workload
+
+
+def _flatten(prefix: str, data: Any, out: dict[str, Any]) -> None:
+    if isinstance(data, dict):
+        for k, v in data.items():
+            _flatten(f"{prefix}.{k}" if prefix else k, v, out)
+    elif data is not None:
+        out[prefix] = data
+
+
+def _workload_facts(a: Analysis) -> None:
+    flat: dict[str, Any] = {}
+    _flatten("", a.workload.model_dump(exclude_none=True, mode="json"), flat)
+    for name, value in flat.items():
+        if isinstance(value, list) or name in ("name", "observations.note"):
+            continue
+        source = "measured" if name.startswith("observations.") else "stated"
+        a.put(name, value, source)
+
+
+# --------------------------------------------------------------------------- probe runs
+
+
+_TIMEOUT_CLASSES = ("read_timeout", "total_timeout", "connect_timeout", "stalled")
+_SERVER_CLASSES = ("http_5xx", "stream_cut", "server_error_event", "malformed_sse")
+
+
+def load_run(run_id: str, db: str | None) -> dict[str, Any]:
+    """A stored run reduced to what the reasoning uses: summary, config, labels and the
+    engine metrics normalised per scrape (probes/prom.py concept names)."""
+    from inferwise.probes.prom import Sample, normalize
+    from inferwise.probes.store import RunStore
+
+    store = RunStore(db, create=False) if db else RunStore(create=False)
+    with store:
+        try:
+            run_id = store.resolve(run_id)
+        except InputError as exc:  # the store names its own argument run_id; ours is `run`
+            raise InputError("run", exc.message, exc.accepted) from None
+        run = store.get_run(run_id)
+        points = store.metric_samples(run_id)
+    by_time: dict[float, list[Any]] = {}
+    for p in points:
+        by_time.setdefault(p.t_s, []).append(Sample(name=p.name, labels=p.labels, value=p.value))
+    series: dict[str, list[tuple[float, float]]] = {}
+    for t in sorted(by_time):
+        for concept, value in normalize(by_time[t]).items():
+            series.setdefault(concept, []).append((t, value))
+    return {
+        "run_id": run.run_id,
+        "status": run.status,
+        "summary": run.summary or {},
+        "config": run.config,
+        "labels": run.labels,
+        "series": series,
+    }
+
+
+def _run_facts(a: Analysis, run: dict[str, Any]) -> None:
+    """Fill observations.* the workload lacks from the run, and add run.* facts."""
+    s = run.get("summary") or {}
+    src = "measured"
+    note = f"probe run {run['run_id']}"
+    obs = a.workload.observations
+    for metric in LATENCY_METRICS:
+        if obs is not None and getattr(obs, metric) is not None:
+            continue
+        dist = s.get(metric) or {}
+        for k in (*PCTS, "mean", "max"):
+            if dist.get(k) is not None:
+                a.put(f"observations.{metric}.{k}", float(dist[k]), src, note)
+
+    def fill(name: str, value: Any) -> None:
+        if value is not None and f"observations.{name}" not in a.facts:
+            a.put(f"observations.{name}", value, src, note)
+
+    fill("requests_per_s", s.get("request_throughput"))
+    fill("output_tokens_per_s", s.get("output_token_throughput"))
+    completed, failed = s.get("completed") or 0, s.get("failed") or 0
+    if completed + failed:
+        fill("error_rate", failed / (completed + failed))
+
+    errors: dict[str, int] = s.get("errors") or {}
+    for cls, n in errors.items():
+        a.put(f"run.errors.{cls}", int(n), src, note)
+    a.put("run.errors.timeouts", sum(int(errors.get(c, 0)) for c in _TIMEOUT_CLASSES) or None, src, note)
+    a.put("run.errors.server", sum(int(errors.get(c, 0)) for c in _SERVER_CLASSES) or None, src, note)
+
+    cold = s.get("cold") or {}
+    warm_p50 = (s.get("ttft_ms") or {}).get("p50")
+    if cold.get("ttft_ms") and warm_p50:
+        a.put("run.cold_over_warm_ttft", cold["ttft_ms"] / warm_p50, src, note)
+    health = s.get("client_health") or {}
+    if health.get("saturated"):
+        a.put("run.client_saturated", True, src, note)
+        a.assumptions.append(
+            f"The probe client was saturated during run {run['run_id']}; its latencies are upper bounds."
+        )
+
+    series: dict[str, list[tuple[float, float]]] = run.get("series") or {}
+
+    def values(concept: str) -> list[float]:
+        return [v for _, v in series.get(concept, [])]
+
+    waiting, running, kv = values("requests_waiting"), values("requests_running"), values("kv_cache_usage")
+    if waiting:
+        a.put("run.metric.requests_waiting_max", max(waiting), src, note)
+        fill("queue_depth", sum(waiting) / len(waiting))
+    if running:
+        a.put("run.metric.requests_running_max", max(running), src, note)
+        fill("concurrency", sum(running) / len(running))
+    if kv:
+        a.put("run.metric.kv_cache_usage_max", max(kv), src, note)
+        fill("kv_cache_usage", max(kv))
+    pre = series.get("preemptions", [])
+    if len(pre) >= 2 and pre[-1][0] > pre[0][0]:
+        fill("preemptions_per_min", max(0.0, pre[-1][1] - pre[0][1]) / ((pre[-1][0] - pre[0][0]) / 60))
+    hits, queries = series.get("prefix_cache_hits", []), series.get("prefix_cache_queries", [])
+    if len(hits) >= 2 and len(queries) >= 2 and queries[-1][1] > queries[0][1]:
+        fill("prefix_cache_hit_rate", (hits[-1][1] - hits[0][1]) / (queries[-1][1] - queries[0][1]))
+    elif values("prefix_cache_hit_rate"):
+        hr = values("prefix_cache_hit_rate")
+        fill("prefix_cache_hit_rate", sum(hr) / len(hr))
+
+    if running and waiting:
+        cap = a.value("deployment.max_num_seqs")
+        kv_max = max(kv) if kv else None
+        full = (cap is not None and max(running) >= 0.95 * cap) or (
+            cap is None and kv_max is not None and kv_max < 0.9
+        )
+        a.put("run.metric.slots_full", bool(full), "derived", note)
+
+    cfg = run.get("config") or {}
+    if a.value("traffic.input_tokens.p50") is None and cfg.get("input_tokens"):
+        a.put("derived.input_tokens_p50", float(cfg["input_tokens"]), src, note + " (probe setting)")
+    if a.value("traffic.output_tokens.p50") is None and cfg.get("output_tokens"):
+        a.put("derived.output_tokens_p50", float(cfg["output_tokens"]), src, note + " (probe setting)")
+
+
+# --------------------------------------------------------------------------- derived
+
+
+def _pct(a: Analysis, prefix: str, key: str) -> float | None:
+    v = a.value(f"{prefix}.{key}")
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def _over_slo(a: Analysis, metric: str) -> tuple[float, str] | None:
+    """The worst observed/target ratio over the percentiles both give."""
+    worst: tuple[float, str] | None = None
+    for k in PCTS:
+        obs, slo = _pct(a, f"observations.{metric}", k), _pct(a, f"slo.{metric}", k)
+        if obs is not None and slo:
+            r = obs / slo
+            if worst is None or r > worst[0]:
+                worst = (r, k)
+    return worst
+
+
+def _tail(a: Analysis, prefix: str) -> float | None:
+    for k in ("p95", "p99", "p90", "p50"):
+        v = _pct(a, prefix, k)
+        if v is not None:
+            return v
+    return None
+
+
+def _lengths(a: Analysis) -> None:
+    p50 = _pct(a, "traffic.input_tokens", "p50") or a.value("derived.input_tokens_p50")
+    p95 = next(
+        (v for k in ("p95", "p99", "p90") if (v := _pct(a, "traffic.input_tokens", k)) is not None),
+        None,
+    )
+    if p50 is not None:
+        a.put("derived.input_tokens_p50", p50, a.facts.get("derived.input_tokens_p50", Fact(0, "stated")).source)
+    if p95 is not None:
+        a.put("derived.input_tokens_p95", p95, "stated")
+    elif p50 is not None:
+        a.put("derived.input_tokens_p95", p50, "stated", "only p50 known")
+    if p50 is not None or p95 is not None:
+        long = (p95 or 0) >= LONG_PROMPT_P95_TOKENS or (p50 or 0) >= LONG_PROMPT_P50_TOKENS
+        a.put("derived.long_prompts", long, "derived")
+    out50 = _pct(a, "traffic.output_tokens", "p50") or a.value("derived.output_tokens_p50")
+    if out50 is not None:
+        a.put("derived.output_tokens_p50", out50, "stated")
+
+
+def _deployment_derived(a: Analysis) -> None:
+    dep = a.workload.deployment
+    if dep is None:
+        return
+    tp = dep.tensor_parallel_size or 1
+    pp = dep.pipeline_parallel_size or 1
+    a.put("derived.tp", tp, "stated" if dep.tensor_parallel_size else "assumed")
+    a.put("derived.pp", pp, "stated" if dep.pipeline_parallel_size else "assumed")
+    a.put("derived.world_size", tp * pp, "derived")
+    if dep.replicas is not None:
+        a.put("derived.replicas", dep.replicas, "stated")
+    if dep.router is not None:
+        a.put("derived.router_locality_blind", dep.router in ("round_robin", "least_loaded"), "stated")
+        a.put("derived.router_locality_aware", dep.router in ("prefix_aware", "session_sticky"), "stated")
+    gpu, note = gpu_info(dep.gpu)
+    if note:
+        a.assumptions.append(note)
+    if gpu is not None:
+        a.gpu = gpu
+        a.put("gpu.name", gpu.name, "catalog")
+        a.put("gpu.interconnect", gpu.interconnect, "catalog")
+        a.put("gpu.memory_total_gib", gpu.memory_total_gib, "catalog")
+        a.put("gpu.memory_bandwidth_gb_per_s", gpu.memory_bandwidth_gb_per_s, "catalog")
+        a.put("derived.tp_over_pcie", tp >= 2 and gpu.interconnect == "pcie", "catalog")
+
+
+def _observation_derived(a: Analysis) -> None:
+    for metric in LATENCY_METRICS:
+        r = _over_slo(a, metric)
+        if r is not None:
+            a.put(f"derived.{metric.removesuffix('_ms')}_over_slo", r[0], "derived", r[1])
+    p50, p99 = _pct(a, "observations.itl_ms", "p50"), _pct(a, "observations.itl_ms", "p99")
+    if p99 is None:
+        p99 = _pct(a, "observations.itl_ms", "p95")
+    if p50 and p99 is not None:
+        a.put("derived.itl_tail_ratio", p99 / p50, "derived")
+    q, c = a.value("observations.queue_depth"), a.value("observations.concurrency")
+    if q is not None and c:
+        a.put("derived.queue_per_running", q / c, "derived")
+    cap = a.value("deployment.max_num_seqs")
+    if c is not None and cap:
+        a.put("derived.running_below_seq_cap", c < 0.9 * cap, "derived")
+    shared, hit = a.value("traffic.shared_prefix_fraction"), a.value("observations.prefix_cache_hit_rate")
+    if shared is not None and hit is not None and shared >= 0.2:
+        a.put("derived.prefix_hit_gap", shared - hit, "derived")
+    rps, rate = a.value("observations.requests_per_s"), a.value("traffic.arrival_rate_rps")
+    if rps is not None and rate:
+        a.put("derived.completed_over_offered", rps / rate, "derived")
+    if rate is not None:
+        a.put("derived.peak_rate_rps", rate * (a.value("traffic.peak_to_mean") or 1.0), "derived")
+    modality = a.value("product.modality")
+    if modality is not None:
+        a.put("derived.media_input", modality in ("vision", "audio", "image", "video"), "stated")
+    err = a.value("observations.error_rate")
+    if err is not None:
+        limit = a.value("slo.error_rate")
+        a.put("derived.error_over_slo", err > (limit if limit is not None else 0.01), "derived")
+
+
+# --------------------------------------------------------------------------- calculators
+
+
+def _sizing_lengths(a: Analysis) -> tuple[float | None, float | None]:
+    return a.value("derived.input_tokens_p50"), a.value("derived.output_tokens_p50")
+
+
+def _calculator_facts(a: Analysis) -> None:
+    missing = can_size(a.workload)
+    if missing:
+        if a.workload.deployment is not None:
+            a.notes.append(f"The calculators were not run: {missing} is missing.")
+        return
+    inp, out = _sizing_lengths(a)
+    p95_in = a.value("derived.input_tokens_p95")
+    p95_out = _tail(a, "traffic.output_tokens")
+    context = int(p95_in + (p95_out or out or 0)) if p95_in else None
+    concurrency = a.value("observations.concurrency") or a.value("traffic.concurrency")
+
+    fit = run_fit(a.workload, context, int(concurrency) if concurrency else None)
+    a.calcs["fit"] = fit
+    a.notes.extend(fit.notes)
+    if fit.result:
+        r = fit.result
+        a.put("fit.fits", r.get("fits"), "computed")
+        a.put("fit.max_concurrency", r.get("max_concurrency"), "computed")
+        a.put("fit.kv_cache_tokens", r.get("kv_cache_tokens"), "computed")
+        per = r.get("per_gpu") or {}
+        if per.get("weights_gib") and per.get("usable_gib"):
+            a.put("fit.weights_share", per["weights_gib"] / per["usable_gib"], "computed")
+        obs_c = a.value("observations.concurrency")
+        if obs_c and r.get("max_concurrency"):
+            a.put("derived.concurrency_over_fit", obs_c / r["max_concurrency"], "derived")
+
+    if inp is None or out is None:
+        a.notes.append(
+            "`inferwise predict` was not run: traffic.input_tokens and traffic.output_tokens are needed."
+        )
+        return
+    pred = run_predict(a.workload, inp, out, concurrency=concurrency or 1)
+    a.calcs["predict"] = pred
+    a.notes.extend(pred.notes)
+    if pred.result:
+        r = pred.result
+        a.put("predicted.itl_ms", r.get("itl_ms"), "computed", f"at concurrency {concurrency or 1}")
+        a.put("predicted.ttft_ms", r.get("ttft_ms"), "computed")
+        a.put("predicted.bound", r.get("bound"), "computed")
+        obs_itl = _pct(a, "observations.itl_ms", "p50") or _pct(a, "observations.tpot_ms", "p50")
+        if obs_itl and r.get("itl_ms"):
+            a.put("derived.itl_over_predicted", obs_itl / r["itl_ms"], "derived")
+        obs_ttft = _pct(a, "observations.ttft_ms", "p50")
+        if obs_ttft and r.get("ttft_ms"):
+            a.put("derived.ttft_over_predicted", obs_ttft / r["ttft_ms"], "derived")
+    single = run_predict(a.workload, inp, out, concurrency=1)
+    a.calcs["predict_c1"] = single
+    if single.result and single.result.get("itl_ms"):
+        a.put("predicted.itl_ms_c1", single.result["itl_ms"], "computed", "at concurrency 1")
+        slo_itl = _tail(a, "slo.itl_ms") or _tail(a, "slo.tpot_ms")
+        if slo_itl:
+            a.put("derived.itl_floor_over_slo", single.result["itl_ms"] / slo_itl, "derived")
+
+    if a.workload.slo is not None:
+        budget = run_budget(a.workload, inp, out)
+        a.calcs["budget"] = budget
+        a.notes.extend(budget.notes)
+        if budget.result:
+            max_rate = budget.result.get("max_rate_under_slo")
+            a.put("budget.max_rate_under_slo", max_rate, "computed")
+            a.put("budget.binding", budget.result.get("binding"), "computed")
+            a.put("budget.feasible", budget.result.get("feasible"), "computed")
+            peak = a.value("derived.peak_rate_rps")
+            replicas = a.value("derived.replicas") or 1
+            if peak and max_rate:
+                a.put("derived.peak_over_capacity", peak / (max_rate * replicas), "derived")
+
+
+# --------------------------------------------------------------------------- symptoms
+
+
+def _symptoms(a: Analysis) -> None:
+    stated = list(a.workload.symptoms or [])
+    derived: dict[str, str] = {}
+
+    def judge(metric: str, label: str, high_id: str, ok_id: str, generic: tuple[float, float]) -> None:
+        ratio = a.value(f"derived.{metric}_over_slo")
+        if ratio is not None:
+            key = a.facts[f"derived.{metric}_over_slo"].note
+            obs = a.value(f"observations.{metric}_ms.{key}")
+            slo = a.value(f"slo.{metric}_ms.{key}")
+            if ratio > 1:
+                derived[high_id] = f"measured {label} {key} {obs:.0f} ms > target {slo:.0f} ms"
+            else:
+                derived[ok_id] = f"measured {label} {key} {obs:.0f} ms <= target {slo:.0f} ms"
+            return
+        obs_tail = _tail(a, f"observations.{metric}_ms")
+        if obs_tail is None:
+            return
+        pred = a.value(f"predicted.{metric}_ms")
+        obs50 = _pct(a, f"observations.{metric}_ms", "p50") or obs_tail
+        if pred:
+            if obs50 > 2 * pred:
+                derived[high_id] = f"measured {label} p50 {obs50:.0f} ms > 2x predicted {pred:.0f} ms (no SLO given)"
+            elif obs50 <= 1.3 * pred:
+                derived[ok_id] = f"measured {label} p50 {obs50:.0f} ms is close to predicted {pred:.0f} ms (no SLO given)"
+            return
+        high, ok = generic
+        if obs_tail > high:
+            derived[high_id] = f"measured {label} tail {obs_tail:.0f} ms > {high:.0f} ms (generic interactive threshold; no SLO given)"
+            a.assumptions.append(f"No {label} SLO: judged against a generic interactive threshold of {high:.0f} ms.")
+        elif obs_tail < ok:
+            derived[ok_id] = f"measured {label} tail {obs_tail:.0f} ms < {ok:.0f} ms (generic threshold; no SLO given)"
+
+    judge("ttft", "TTFT", "ttft_high", "ttft_normal", (GENERIC_TTFT_HIGH_MS, GENERIC_TTFT_OK_MS))
+    judge("itl", "ITL", "itl_high", "itl_normal", (GENERIC_ITL_HIGH_MS, GENERIC_ITL_OK_MS))
+    if "itl_high" not in derived and "itl_normal" not in derived:
+        judge("tpot", "TPOT", "itl_high", "itl_normal", (GENERIC_ITL_HIGH_MS, GENERIC_ITL_OK_MS))
+    over = [m for m in ("ttft", "itl", "tpot", "e2e") if (a.value(f"derived.{m}_over_slo") or 0) > 1]
+    if over:
+        derived["latency_high"] = "measured " + ", ".join(m.upper() for m in over) + " above target"
+    gu = a.value("observations.gpu_util")
+    if gu is not None and gu < GPU_UTIL_LOW:
+        derived["gpu_util_low"] = f"measured GPU utilisation {gu:.0%} < {GPU_UTIL_LOW:.0%}"
+    if a.value("derived.error_over_slo"):
+        derived["errors_under_load"] = f"measured error rate {a.value('observations.error_rate'):.1%} above target"
+
+    opposite = {"ttft_high": "ttft_normal", "ttft_normal": "ttft_high", "itl_high": "itl_normal", "itl_normal": "itl_high"}
+    final: dict[str, SymptomBasis] = {}
+    for sid, basis in derived.items():
+        final[sid] = SymptomBasis(sid, "derived", basis)
+    for sid in stated:
+        if sid in final:
+            final[sid] = SymptomBasis(sid, "derived", final[sid].basis + "; also stated")
+            continue
+        opp = opposite.get(sid)
+        if opp in derived:
+            a.assumptions.append(
+                f"The workload states '{sid}' but the measurement says '{opp}' ({derived[opp]}); measured beats stated, so '{opp}' is used."
+            )
+            continue
+        final[sid] = SymptomBasis(sid, "stated", "stated in the workload's symptoms")
+    a.symptoms = [final[s] for s in SYMPTOMS if s in final]
+    for s in a.symptoms:
+        a.put(f"symptom.{s.id}", True, s.source, s.basis)
+
+
+def analyse(workload: Workload, run_id: str | None = None, db: str | None = None) -> Analysis:
+    """Everything the rules need, in dependency order: stated and measured values first,
+    then the catalog, then the calculators (which need lengths), then ratios and symptoms."""
+    a = Analysis(workload=workload)
+    _workload_facts(a)
+    if run_id:
+        a.run = load_run(run_id, db)
+        _run_facts(a, a.run)
+    _lengths(a)
+    _deployment_derived(a)
+    _observation_derived(a)
+    _calculator_facts(a)
+    _symptoms(a)
+    return a

@@ -1,0 +1,185 @@
+"""The calculators, called on a workload's deployment, with graceful failure.
+
+Diagnosis and planning *combine* measurement with computation: a measured
+ITL means little until it is set against the decode step the hardware allows.
+But a workload may name a model the catalog lacks, a GPU we have no datasheet
+for, or leave the token lengths open. Then the calculator cannot answer, and
+the reasoning must say so (an assumption or note) and go on with what it has,
+never substituting an invented number. Every function here therefore returns
+``(result or None, notes)``.
+
+The calculators are imported inside the functions: this module is reached
+from registry input models and must stay light.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferwise.knowledge.workload import Workload
+
+
+@dataclass
+class CalcOutcome:
+    """What one calculator said (as a JSON dict), or why it could not say anything."""
+
+    name: str
+    result: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    request: dict[str, Any] = field(default_factory=dict)
+
+
+def gpu_info(gpu_name: str | None) -> tuple[Any | None, str | None]:
+    """The catalog GPU, or a note saying why there is none."""
+    if not gpu_name:
+        return None, None
+    from inferwise.calculators.catalog import get_gpu
+    from inferwise.calculators.errors import InputError
+
+    try:
+        return get_gpu(gpu_name), None
+    except InputError as exc:
+        return None, f"GPU '{gpu_name}' is not in the catalog ({exc.message}); interconnect, memory and bandwidth facts are unknown."
+
+
+def model_source_url(model: str | None) -> str | None:
+    if not model:
+        return None
+    from inferwise.calculators.catalog import load_model
+    from inferwise.calculators.errors import InputError
+
+    try:
+        return load_model(model).source_url
+    except (InputError, OSError, ValueError):
+        return None
+
+
+_DEPLOYMENT_KEYS = (
+    "model",
+    "gpu",
+    "num_gpus",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "quantization",
+    "kv_cache_dtype",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "gpu_memory_utilization",
+)
+
+
+def deployment_kwargs(workload: Workload, **override: Any) -> dict[str, Any]:
+    """Calculator deployment fields from the workload's deployment (only what it states)."""
+    dep = workload.deployment
+    out: dict[str, Any] = {}
+    if dep is not None:
+        for key in _DEPLOYMENT_KEYS:
+            value = getattr(dep, key)
+            if value is not None:
+                out[key] = value
+        if dep.engine in ("vllm", "sglang"):
+            out["engine"] = dep.engine
+        if dep.engine_version:
+            out["engine_version"] = dep.engine_version
+    out.update({k: v for k, v in override.items() if v is not None})
+    return out
+
+
+def _call(name: str, module: str, request_cls: str, func: str, kwargs: dict[str, Any]) -> CalcOutcome:
+    """Build the request from the fields the calculator knows, call it, and catch what it
+    reports as unanswerable. Fields the calculator does not take are dropped silently only
+    because they are optional refinements (e.g. engine_version)."""
+    import importlib
+
+    from pydantic import ValidationError
+
+    from inferwise.calculators.errors import InferwiseError
+
+    outcome = CalcOutcome(name=name)
+    try:
+        mod = importlib.import_module(module)
+        cls = getattr(mod, request_cls)
+        fn = getattr(mod, func)
+    except (ImportError, AttributeError):
+        outcome.notes.append(f"`inferwise {name}` is not available in this build; its numbers are missing.")
+        return outcome
+    fields = getattr(cls, "model_fields", {})
+    args = {k: v for k, v in kwargs.items() if k in fields}
+    outcome.request = args
+    try:
+        req = cls.model_validate(args)
+        res = fn(req)
+        outcome.result = res.model_dump(mode="json") if hasattr(res, "model_dump") else dict(res)
+    except InferwiseError as exc:
+        outcome.notes.append(f"`inferwise {name}` could not answer: {exc}")
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        outcome.notes.append(f"`inferwise {name}` could not answer: {where}: {first.get('msg')}")
+    except Exception as exc:  # noqa: BLE001 - a calculator bug must not sink the whole plan
+        outcome.notes.append(
+            f"`inferwise {name}` failed unexpectedly ({type(exc).__name__}: {exc}); its numbers are missing."
+        )
+    return outcome
+
+
+def can_size(workload: Workload) -> str | None:
+    """None when the deployment names enough to call the calculators, else what is missing."""
+    dep = workload.deployment
+    missing = [k for k in ("model", "gpu") if dep is None or getattr(dep, k) is None]
+    return f"deployment.{' and deployment.'.join(missing)}" if missing else None
+
+
+def run_fit(workload: Workload, context_tokens: int | None, concurrency: int | None, **override: Any) -> CalcOutcome:
+    kwargs = deployment_kwargs(workload, **override)
+    if context_tokens:
+        kwargs["context_tokens"] = int(context_tokens)
+    if concurrency:
+        kwargs["concurrency"] = max(1, int(concurrency))
+    return _call("fit", "inferwise.calculators.fit", "FitRequest", "estimate_fit", kwargs)
+
+
+def run_predict(
+    workload: Workload,
+    input_tokens: float,
+    output_tokens: float,
+    concurrency: float | None = None,
+    request_rate: float | None = None,
+    **override: Any,
+) -> CalcOutcome:
+    kwargs = deployment_kwargs(workload, **override)
+    kwargs["input_tokens"] = max(1, int(round(input_tokens)))
+    kwargs["output_tokens"] = max(1, int(round(output_tokens)))
+    if concurrency is not None:
+        kwargs["concurrency"] = max(1, int(round(concurrency)))
+    elif request_rate is not None:
+        kwargs["request_rate"] = request_rate
+    return _call("predict", "inferwise.calculators.predict", "PredictRequest", "predict_performance", kwargs)
+
+
+def run_budget(workload: Workload, input_tokens: float, output_tokens: float, **override: Any) -> CalcOutcome:
+    """The latency budget for the workload's SLOs; the SLO keys are mapped onto whatever
+    field names the budget calculator exposes (``<metric>_p95_ms`` style or nested)."""
+    kwargs = deployment_kwargs(workload, **override)
+    kwargs["input_tokens"] = max(1, int(round(input_tokens)))
+    kwargs["output_tokens"] = max(1, int(round(output_tokens)))
+    t = workload.traffic
+    if t is not None and t.arrival_rate_rps:
+        kwargs["request_rate"] = t.arrival_rate_rps * (t.peak_to_mean or 1.0)
+        kwargs["arrival_rate_rps"] = kwargs["request_rate"]
+    slo = workload.slo
+    if slo is not None:
+        for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+            pct = getattr(slo, metric)
+            if pct is None:
+                continue
+            values = {k: getattr(pct, k) for k in ("p50", "p90", "p95", "p99") if getattr(pct, k) is not None}
+            base = metric.removesuffix("_ms")
+            kwargs[f"{base}_ms"] = values
+            kwargs[f"slo_{base}_ms"] = values
+            for k, v in values.items():
+                kwargs[f"{base}_{k}_ms"] = v
+                kwargs[f"slo_{base}_{k}_ms"] = v
+    return _call("budget", "inferwise.calculators.budget", "BudgetRequest", "decompose_budget", kwargs)
