@@ -14,6 +14,8 @@ Stdlib only: the MCP server imports this at start-up.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import difflib
 import json
 import re
@@ -227,9 +229,18 @@ def _model_index() -> tuple[dict[str, ModelSource], dict[str, list[ModelSource]]
     return by_id, by_name
 
 
+def _fresh(model: ModelSource) -> ModelSource:
+    """A copy whose config the caller may change without touching the cache."""
+    return dataclasses.replace(
+        model,
+        config=copy.deepcopy(model.config),
+        hf_quant_config=copy.deepcopy(model.hf_quant_config),
+    )
+
+
 def list_models() -> list[ModelSource]:
     """Every catalogued model, sorted by file name (org--name)."""
-    return list(_models())
+    return [_fresh(m) for m in _models()]
 
 
 def _checkpoint_bytes(folder: Path) -> tuple[int | None, str]:
@@ -325,23 +336,25 @@ def load_model(spec: str) -> ModelSource:
     spec = spec.strip()
     if not spec:
         raise InputError("model", "empty model name", accepted="a Hugging Face id or a path")
+    is_url = spec.lower().startswith(("https://huggingface.co/", "http://huggingface.co/"))
     path = Path(spec).expanduser()
-    if path.exists():
+    if not is_url and path.exists():
         return _load_path(path)
 
     by_id, by_name = _model_index()
-    key = spec.lower().removeprefix("https://huggingface.co/").strip("/")
+    key = spec.lower().split("huggingface.co/", 1)[-1] if is_url else spec.lower()
+    key = key.strip("/")
     if key in by_id:
-        return by_id[key]
+        return _fresh(by_id[key])
     if "/" not in key and key in by_name:
         matches = by_name[key]
         if len(matches) == 1:
-            return matches[0]
+            return _fresh(matches[0])
         raise InputError(
             "model",
             f"'{spec}' is ambiguous; use the full id: " + ", ".join(m.hf_id for m in matches),
         )
-    if _looks_like_path(spec):
+    if not is_url and _looks_like_path(spec):
         raise InputError("model", f"no such file or folder: {spec}")
 
     candidates = {k: m.hf_id for k, m in by_id.items()}

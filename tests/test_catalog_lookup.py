@@ -214,3 +214,15 @@ def test_hf_cache_folder_resolves_to_newest_snapshot(tmp_path: Path) -> None:
         (folder / "config.json").write_text(json.dumps({**LLAMA_LIKE, "num_hidden_layers": layers}))
     os.utime(old, (1_000_000, 1_000_000))
     assert load_model(str(repo)).config["num_hidden_layers"] == 3
+
+
+def test_unknown_hf_url_is_an_unknown_model_not_a_missing_file() -> None:
+    with pytest.raises(InputError) as info:
+        load_model("https://huggingface.co/Qwen/Qwen3-9B")
+    assert "unknown model" in info.value.message
+
+
+def test_callers_cannot_corrupt_the_catalog() -> None:
+    first = load_model("Qwen/Qwen3-8B")
+    first.config["num_hidden_layers"] = 1
+    assert load_model("Qwen/Qwen3-8B").config["num_hidden_layers"] != 1
