@@ -19,7 +19,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from inferwise.calculators.errors import InputError
+from inferwise.calculators.errors import InputError, OperationalError
 from inferwise.knowledge.vocabulary import HYPOTHESES
 
 ENGINES: frozenset[str] = frozenset(
@@ -39,9 +39,10 @@ ENGINES: frozenset[str] = frozenset(
 """Values accepted for ``knobs[].engine``; ``generic`` is for gateway/infra settings."""
 
 
-class PlaybookError(ValueError):
+class PlaybookError(OperationalError, ValueError):
     """A playbook file is malformed. This is a packaging bug, not user input,
-    so the message names the file and the field to fix."""
+    so the message names the file and the field to fix; as an OperationalError
+    the front doors show it in one line (exit 1), not as a traceback."""
 
 
 @dataclass(frozen=True)
