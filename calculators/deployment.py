@@ -45,8 +45,20 @@ class Deployment(BaseModel):
         le=1024,
         description="GPUs in the replica; defaults to tensor_parallel_size x pipeline_parallel_size.",
     )
-    tensor_parallel_size: int = Field(default=1, ge=1, le=128, description="Tensor-parallel degree (vLLM -tp).")
-    pipeline_parallel_size: int = Field(default=1, ge=1, le=128, description="Pipeline-parallel degree (vLLM -pp).")
+    tensor_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        le=128,
+        description="Tensor-parallel degree (vLLM -tp).",
+        json_schema_extra={"cli_aliases": ["-tp"]},
+    )
+    pipeline_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        le=128,
+        description="Pipeline-parallel degree (vLLM -pp).",
+        json_schema_extra={"cli_aliases": ["-pp"]},
+    )
     gpu_memory_utilization: float = Field(
         default=0.9,
         gt=0,

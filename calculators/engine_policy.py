@@ -1,0 +1,501 @@
+"""How each engine (and engine release) turns GPU memory into KV cache.
+
+Everything here reproduces rules read in the engines' source; the comments
+name the file and the release range. Where a quantity is not computed by a
+rule but *measured* by the engine at start-up (vLLM profiles a dummy forward
+pass), it is modelled here from the model's shapes with constants calibrated
+on real start-up logs (``tests/data/vllm_logs.toml``), and said so.
+
+vLLM (V1 engine, 0.8+), ``vllm/v1/worker/gpu_worker.py``
+``determine_available_memory``::
+
+    requested  = total_memory x gpu_memory_utilization
+    available  = requested - (weights + torch_peak_increase + non_torch_increase
+                              [+ cuda_graph_estimate from 0.21])
+
+then ``vllm/v1/core/kv_cache_utils.py``: ``num_blocks = available //
+page_size // layers_per_group`` per worker, the minimum over workers; KV
+tokens and maximum concurrency are logged from ``num_blocks``.
+
+SGLang, ``python/sglang/srt/model_executor/model_runner.py``
+``profile_max_num_token``: ``rest = free_after_weights - total x (1 -
+mem_fraction_static)``; ``max_total_num_tokens = rest // cell_size`` with one
+token per page.
+
+Public API: :func:`vllm_rules`, :func:`sglang_rules`, :class:`KVLayout`,
+:func:`kv_capacity`, :func:`activation_peak_bytes`, and the estimators for
+non-torch and CUDA-graph memory. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from .architecture import ModelArchitecture
+from .errors import InputError
+
+GiB = 1 << 30
+
+# --------------------------------------------------------------------------- versions
+
+VLLM_DEFAULT_VERSION = "0.27.1"
+"""The newest vLLM release whose start-up logs the rules were checked against
+(gpustack/runner#251 shows 0.27.1 logs)."""
+
+VLLM_KNOWN_VERSIONS = (
+    "0.6.0",
+    "0.7.0",
+    "0.8.0",
+    "0.9.0",
+    "0.10.0",
+    "0.11.0",
+    "0.19.0",
+    "0.21.0",
+    "0.24.0",
+    "0.27.1",
+)
+"""Releases where a rule below changes (and the default). A version between
+two of them uses the older one's rules; beyond the newest, the newest."""
+
+SGLANG_DEFAULT_VERSION = "0.5.0"
+SGLANG_KNOWN_VERSIONS = ("0.4.0", "0.5.0")
+
+
+def parse_version(text: str, field_name: str = "engine_version") -> tuple[int, int, int]:
+    m = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if not m:
+        raise InputError(field_name, f"cannot read engine version '{text}'", accepted="e.g. 0.11.0")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def _nearest_known(version: tuple[int, int, int], known: tuple[str, ...]) -> str:
+    older = [k for k in known if parse_version(k) <= version]
+    return older[-1] if older else known[0]
+
+
+@dataclass(frozen=True)
+class VllmRules:
+    """The accounting of one vLLM release range."""
+
+    version: str
+    """Version the user asked for (or the default)."""
+    rules_from: str
+    """Known release whose rules are applied."""
+    v1: bool
+    """V1 engine (default from 0.8.0)."""
+    hybrid_kv_manager: bool
+    """Sliding-window layers keep only their window (hybrid KV cache manager,
+    0.10.0+); before, every layer caches the whole context."""
+    group_size_heuristic: bool
+    """0.11+: when the layer types are nearly balanced (max < 1.5 x min) the
+    larger count is the group size (``_get_kv_cache_groups_uniform_page_size``)."""
+    tokens_from_concurrency: bool
+    """Logged "GPU KV cache size" = int(max_concurrency x max_model_len)
+    (kv_cache_utils ``_report_kv_cache_config``). Before:
+    ``num_blocks // num_groups x block_size``. 0.19.0 logs the old form
+    (vllm#40691), 0.24.0 the new (noonghunna/club-3090#612)."""
+    cuda_graphs_in_budget: bool
+    """CUDA-graph memory is profiled and charged inside
+    gpu_memory_utilization (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, default
+    since 0.21.0: "CUDA graph memory profiling is enabled (default since
+    v0.21.0)")."""
+    nccl_before_snapshot: bool
+    """0.11+: the memory snapshot is taken after NCCL init, so NCCL buffers are
+    no longer counted as non-torch growth (gpu_worker.py ``init_device``)."""
+    notes: tuple[str, ...] = field(default=())
+
+
+def vllm_rules(version: str | None) -> VllmRules:
+    requested = version or VLLM_DEFAULT_VERSION
+    v = parse_version(requested)
+    base = _nearest_known(v, VLLM_KNOWN_VERSIONS)
+    notes: list[str] = []
+    if version is not None and requested.split("+")[0].lstrip("v") not in VLLM_KNOWN_VERSIONS:
+        newest = parse_version(VLLM_KNOWN_VERSIONS[-1])
+        if v > newest:
+            notes.append(
+                f"vLLM {requested} is newer than the rules known here; used those of {base}"
+            )
+        elif v < parse_version(VLLM_KNOWN_VERSIONS[0]):
+            notes.append(f"vLLM {requested} predates the rules known here; used those of {base}")
+        else:
+            notes.append(f"no rules recorded for vLLM {requested} exactly; used those of {base}")
+    return VllmRules(
+        version=requested,
+        rules_from=base,
+        v1=v >= (0, 8, 0),
+        hybrid_kv_manager=v >= (0, 10, 0),
+        group_size_heuristic=v >= (0, 11, 0),
+        tokens_from_concurrency=v >= (0, 21, 0),
+        cuda_graphs_in_budget=v >= (0, 21, 0),
+        nccl_before_snapshot=v >= (0, 11, 0),
+        notes=tuple(notes),
+    )
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+def vllm_default_block_size(arch: ModelArchitecture, gpu_id: str | None) -> tuple[int, str]:
+    """Tokens per KV block. 16 on CUDA (``CacheConfig``); MLA models take the
+    block size their attention kernel needs: FlashMLA (Hopper) 64, CUTLASS
+    MLA (Blackwell) 128 (vllm/platforms/cuda.py ``check_and_update_config``)."""
+    if arch.mla is not None and gpu_id:
+        gid = gpu_id.lower()
+        if gid.startswith(("b200", "gb200", "b300", "gb300")):
+            return 128, "MLA on Blackwell uses CUTLASS MLA, block size 128"
+        if gid.startswith(("h100", "h200", "h800", "h20")):
+            return 64, "MLA on Hopper uses FlashMLA, block size 64"
+    return 16, "vLLM default block size 16"
+
+
+def vllm_default_batching(
+    rules: VllmRules, gpu_total_gib: float, gpu_id: str | None, max_model_len: int
+) -> tuple[int, int, str]:
+    """(max_num_batched_tokens, max_num_seqs, why) for ``vllm serve``.
+
+    vllm/engine/arg_utils.py ``_set_default_args`` (0.9+, usage context
+    OPENAI_API_SERVER): GPUs with >= 70 GiB that are not A100: 8192 tokens,
+    1024 sequences; others 2048 / 256. 0.8.x: 2048 / 256. V0: chunked prefill
+    off up to 32K context, so a step holds a whole max_model_len prompt.
+    """
+    if not rules.v1:
+        if max_model_len > 32768:
+            return (
+                2048,
+                256,
+                "V0 enables chunked prefill above 32K context with 2048 tokens per step",
+            )
+        return (
+            max(max_model_len, 2048),
+            256,
+            "V0 without chunked prefill batches up to max_model_len tokens",
+        )
+    if parse_version(rules.rules_from) < (0, 9, 0):
+        return 2048, 256, "vLLM 0.8 serve defaults: 2048 batched tokens, 256 sequences"
+    big = gpu_total_gib >= 70 and not (gpu_id or "").lower().startswith("a100")
+    if big:
+        return (
+            8192,
+            1024,
+            "vLLM serve default for >= 70 GiB GPUs (not A100): 8192 batched tokens, 1024 sequences",
+        )
+    return (
+        2048,
+        256,
+        "vLLM serve default for < 70 GiB GPUs and A100: 2048 batched tokens, 256 sequences",
+    )
+
+
+# --------------------------------------------------------------------------- profiled memory
+
+# Calibrated on tests/data/vllm_logs.toml (bench/fit_accuracy.py --calibrate
+# prints the fit). Bytes per (sequence x vocabulary entry) the V1 sampler
+# warm-up holds at its peak: fp32 logits, probabilities and the top-k/top-p
+# work buffers of ``_dummy_sampler_run``.
+SAMPLER_BYTES_PER_LOGIT = 12.0
+# Fraction of the per-token forward working set (MLP and attention
+# intermediates at the model dtype) torch still holds at the peak; < 1
+# because torch.compile fuses and frees intermediates.
+FORWARD_WORKSET_FACTOR = 1.0
+
+
+def activation_peak_bytes(
+    arch: ModelArchitecture,
+    act_bytes: float,
+    tokens: int,
+    max_num_seqs: int,
+    tensor_parallel_size: int,
+    v1: bool = True,
+) -> int:
+    """Peak torch memory of vLLM's profiling run above the weights.
+
+    ``profile_run`` (vllm/v1/worker/gpu_model_runner.py) runs the model on
+    ``tokens`` (= max_num_batched_tokens) dummy tokens, then the sampler on
+    ``min(max_num_seqs, tokens)`` dummy requests whose logits span the whole
+    vocabulary in fp32. The largest live tensors are the MLP intermediates
+    (gate/up output 2I and activation output I per token, per TP rank), the
+    q/k/v projections, a few hidden-size buffers, and for MoE the fused-MoE
+    caches (top-k copies per token) and fp32 router logits.
+    """
+    tp = tensor_parallel_size
+    h = arch.hidden_size
+    q = arch.num_attention_heads * arch.head_dim / tp
+    kv = max(1, arch.num_kv_heads // tp) * arch.head_dim if arch.mla is None else 0
+    if arch.mla is not None:
+        m = arch.mla
+        q = arch.num_attention_heads / tp * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+        kv = (m.kv_lora_rank + m.qk_rope_head_dim) + arch.num_attention_heads / tp * (
+            m.qk_nope_head_dim + m.v_head_dim
+        )
+    per_token = q + 2 * kv + 2 * h
+    mlp = 3 * arch.intermediate_size / tp
+    extra_fp32 = 0.0
+    if arch.moe is not None:
+        moe = arch.moe
+        routed = moe.experts_per_token * (3 * moe.moe_intermediate_size / tp + h)
+        shared = 3 * moe.shared_expert_intermediate_size / tp
+        dense_layers = arch.num_layers - len(moe.moe_layers)
+        mlp = max(routed + shared, mlp if dense_layers else 0)
+        extra_fp32 = moe.num_experts  # router logits in fp32
+    forward = tokens * ((per_token + mlp) * act_bytes + extra_fp32 * 4) * FORWARD_WORKSET_FACTOR
+    reqs = min(max_num_seqs, tokens)
+    sampler = reqs * arch.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    # V1: the dummy run's hidden states stay alive through the sampler run;
+    # V0 samples inside the same step, on top of the forward peak.
+    peak = max(forward, tokens * h * act_bytes + sampler) if v1 else forward + sampler
+    return int(peak)
+
+
+def non_torch_bytes(
+    rules: VllmRules, tensor_parallel_size: int, pipeline_parallel_size: int
+) -> int:
+    """Memory allocated outside torch during profiling: cuBLAS/cuDNN
+    workspaces and, for multi-GPU replicas, NCCL and custom all-reduce
+    buffers. Logged by vLLM as "non-torch forward increase memory"; typical
+    values in the collected logs: ~0.1-0.3 GiB on one GPU, more with TP
+    before 0.11 (NCCL init inside the measured window)."""
+    base = 0.15 * GiB
+    if tensor_parallel_size * pipeline_parallel_size > 1:
+        base += (0.15 if rules.nccl_before_snapshot else 0.6) * GiB
+    return int(base)
+
+
+def cuda_graph_bytes(arch: ModelArchitecture, layers_on_rank: int, enforce_eager: bool) -> int:
+    """CUDA-graph pool for the default capture sizes (up to 512 tokens),
+    piecewise per layer plus full decode graphs. vLLM's own estimates in the
+    collected logs run 0.3-1.5 GiB; modelled as a fixed part plus a per-layer
+    part."""
+    if enforce_eager:
+        return 0
+    return int((0.2 + 0.02 * layers_on_rank) * GiB)
+
+
+# --------------------------------------------------------------------------- KV capacity
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """The KV cache groups vLLM builds for one model and deployment.
+
+    ``groups`` lists each KV-cache group's kind (``full``/``mla`` keep the
+    whole context, ``sliding`` only its window); all groups share one page
+    size (``page_bytes`` per layer) and ``group_size`` layer slots each.
+    """
+
+    groups: tuple[str, ...]
+    group_size_per_stage: tuple[int, ...]
+    page_bytes: int
+    block_size: int
+    sliding_window: int | None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+
+def vllm_kv_layout(
+    arch: ModelArchitecture,
+    rules: VllmRules,
+    layers_per_stage: tuple[dict[str, int], ...],
+    per_layer_token_bytes: int,
+    block_size: int,
+) -> KVLayout:
+    """Group layers the way ``get_kv_cache_groups`` does.
+
+    One kind of layer: one group holding every layer. Full plus sliding
+    layers (Gemma 2/3, gpt-oss) with the hybrid manager: groups of
+    ``group_size`` layers, ``group_size`` = the smaller type count (the
+    larger when the counts are within 1.5x, 0.11+), the last group of a type
+    padded. Without the hybrid manager sliding layers are cached like full
+    ones.
+    """
+    counts: dict[str, int] = {}
+    for k in arch.layer_kinds:
+        counts[k] = counts.get(k, 0) + 1
+    notes: list[str] = []
+    page = per_layer_token_bytes * block_size
+    if len(counts) == 1 or not rules.hybrid_kv_manager:
+        if len(counts) > 1:
+            notes.append(
+                f"vLLM {rules.version} has no hybrid KV manager: sliding-window layers cache the whole context"
+            )
+        kind = (
+            "sliding"
+            if set(counts) == {"sliding"} and rules.hybrid_kv_manager
+            else ("mla" if "mla" in counts else "full")
+        )
+        sizes = tuple(sum(s.values()) for s in layers_per_stage)
+        return KVLayout(
+            (kind,),
+            sizes,
+            page,
+            block_size,
+            arch.sliding_window if kind == "sliding" else None,
+            tuple(notes),
+        )
+    smallest, largest = min(counts.values()), max(counts.values())
+    group_size = smallest
+    if rules.group_size_heuristic and largest < smallest * 1.5:
+        group_size = largest
+    groups: list[str] = []
+    groups_of: dict[str, int] = {}
+    for kind in ("full", "sliding"):
+        n = counts.get(kind, 0)
+        if not n:
+            continue
+        groups_of[kind] = cdiv(n, group_size)
+        groups += [kind] * groups_of[kind]
+        padding = groups_of[kind] * group_size - n
+        if padding:
+            notes.append(
+                f"{padding} padding layer(s) in the {kind}-attention groups (vLLM pads uneven groups)"
+            )
+    # Layers of a type are dealt round-robin to that type's groups
+    # (layers[i::num_groups]), so a stage's group holds ceil(n_stage / groups).
+    sizes = tuple(
+        max(cdiv(stage.get(kind, 0), groups_of[kind]) for kind in groups_of)
+        for stage in layers_per_stage
+    )
+    return KVLayout(tuple(groups), sizes, page, block_size, arch.sliding_window, tuple(notes))
+
+
+def blocks_per_request(layout: KVLayout, max_model_len: int, max_num_batched_tokens: int) -> int:
+    """Blocks one request of ``max_model_len`` tokens holds across all groups
+    (``max_memory_usage_bytes`` of FullAttentionSpec / SlidingWindowSpec:
+    a window layer keeps ``min(window - 1 + max_num_batched_tokens, len)``
+    tokens plus one block, because the window need not start on a block)."""
+    total = 0
+    for kind in layout.groups:
+        if kind == "sliding" and layout.sliding_window:
+            tokens = min(layout.sliding_window - 1 + max_num_batched_tokens, max_model_len)
+            total += cdiv(tokens, layout.block_size) + 1
+        else:
+            total += cdiv(max_model_len, layout.block_size)
+    return total
+
+
+@dataclass(frozen=True)
+class KVCapacity:
+    num_blocks: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    """At max_model_len, as vLLM logs it (not rounded)."""
+    blocks_per_request: int
+    fits_one_request: bool
+    needed_bytes_one_request: int
+    """Per GPU, for one max_model_len request (vLLM's start-up check)."""
+    estimated_max_model_len: int
+    """Longest context one request can have with this memory."""
+
+
+def kv_capacity(
+    layout: KVLayout,
+    rules: VllmRules,
+    available_bytes_per_stage: list[int],
+    max_model_len: int,
+    max_num_batched_tokens: int,
+) -> KVCapacity:
+    """Blocks, logged KV tokens and maximum concurrency (kv_cache_utils.py)."""
+    blocks = []
+    for avail, gsize in zip(available_bytes_per_stage, layout.group_size_per_stage, strict=True):
+        if gsize == 0:
+            continue
+        blocks.append(max(0, int(avail // layout.page_bytes // gsize)))
+    num_blocks = min(blocks) if blocks else 0
+    per_req = blocks_per_request(layout, max_model_len, max_num_batched_tokens)
+    concurrency = num_blocks / per_req if per_req else 0.0
+    if not rules.v1:
+        tokens = num_blocks * layout.block_size
+        concurrency = tokens / max_model_len
+    elif rules.tokens_from_concurrency:
+        tokens = int(concurrency * max_model_len)
+    else:
+        tokens = num_blocks // layout.num_groups * layout.block_size
+    # Start-up check (``_check_enough_kv_cache_memory``): bytes one request
+    # needs on the most constrained stage.
+    worst = 0
+    for avail, gsize in zip(available_bytes_per_stage, layout.group_size_per_stage, strict=True):
+        need = per_req * layout.page_bytes * gsize
+        worst = max(worst, need - avail)
+    needed = max(per_req * layout.page_bytes * g for g in layout.group_size_per_stage)
+    fits = worst <= 0 and num_blocks > 0
+    return KVCapacity(
+        num_blocks=num_blocks,
+        kv_cache_tokens=tokens,
+        max_concurrency=concurrency,
+        blocks_per_request=per_req,
+        fits_one_request=fits,
+        needed_bytes_one_request=needed,
+        estimated_max_model_len=max_len_for(
+            layout, num_blocks, 1, max_model_len, max_num_batched_tokens
+        ),
+    )
+
+
+def max_len_for(
+    layout: KVLayout, num_blocks: int, concurrency: int, upper: int, max_num_batched_tokens: int
+) -> int:
+    """Longest context such that ``concurrency`` requests fit in ``num_blocks``
+    (binary search, as vLLM's ``estimate_max_model_len``); 0 if none."""
+    lo, hi, best = 1, max(1, upper), 0
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if concurrency * blocks_per_request(layout, mid, max_num_batched_tokens) <= num_blocks:
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def max_concurrency_at(
+    layout: KVLayout, num_blocks: int, context_tokens: int, max_num_batched_tokens: int
+) -> int:
+    """Whole requests of ``context_tokens`` that fit at once."""
+    per = blocks_per_request(layout, context_tokens, max_num_batched_tokens)
+    return num_blocks // per if per else 0
+
+
+# --------------------------------------------------------------------------- SGLang
+
+
+def sglang_default_mem_fraction(tensor_parallel_size: int) -> float:
+    """SGLang's ``mem_fraction_static`` default by TP size
+    (python/sglang/srt/server_args.py, 0.4.x ``__post_init__``)."""
+    tp = tensor_parallel_size
+    if tp >= 16:
+        return 0.79
+    if tp >= 8:
+        return 0.81
+    if tp >= 4:
+        return 0.85
+    if tp >= 2:
+        return 0.87
+    return 0.88
+
+
+SGLANG_CONTEXT_OVERHEAD_GIB = 0.6
+"""CUDA context and allocator slack already used when SGLang measures free
+memory after loading weights (assumed)."""
+
+
+def sglang_max_total_tokens(
+    total_bytes: float, weights_bytes: float, mem_fraction_static: float, cell_size: int
+) -> tuple[int, float]:
+    """``profile_max_num_token``: (tokens, bytes left for the KV pool)."""
+    free_after_weights = total_bytes - weights_bytes - SGLANG_CONTEXT_OVERHEAD_GIB * GiB
+    rest = free_after_weights - total_bytes * (1 - mem_fraction_static)
+    if rest <= 0 or cell_size <= 0:
+        return 0, rest
+    return int(rest // cell_size), rest
+
+
+def round_gib(x: float, digits: int = 2) -> float:
+    return math.floor(x / GiB * 10**digits + 0.5) / 10**digits

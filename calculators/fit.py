@@ -1,0 +1,795 @@
+"""Memory fit: will model M serve on GPUs G with these engine settings?
+
+Per GPU: weights, the engine's profiled activation peak, non-torch memory,
+CUDA-graph memory, KV cache and headroom, following the allocation policy of
+the named engine and release (``engine_policy``); then the KV cache in tokens
+and the maximum concurrency exactly as vLLM logs them at start-up ("GPU KV
+cache size: N tokens", "Maximum concurrency for L tokens per request: X"),
+answers for the user's own context length and concurrency, and recomputed
+alternatives that would make it fit or fit more.
+
+A deployment that does not fit is a result (``fits: false``), not an error.
+Only input the user can fix raises ``InputError``.
+
+Registry entry points: :class:`FitRequest`, :class:`FitResult`,
+:func:`estimate_fit`. Module level imports: stdlib, pydantic and light
+project modules only (the MCP server imports this at start-up).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .deployment import Deployment
+from .errors import InputError
+
+GiB = 1 << 30
+
+Provenance = Literal["measured", "computed", "assumed"]
+
+
+class FitRequest(Deployment):
+    """A deployment plus the question the user is asking of it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Context length per request to check, in tokens (prompt + output); "
+        "default: max_model_len. Answers: does it fit at --concurrency, and the largest concurrency at this length.",
+    )
+    concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="Requests in flight at once to check; answers: does it fit at --context-tokens, "
+        "and the largest context per request at this concurrency.",
+    )
+    hf_overrides: dict[str, str] = Field(
+        default_factory=dict,
+        description="Override config.json fields, KEY=VALUE (vLLM --hf-overrides), values as JSON "
+        "(e.g. num_key_value_heads=8, model_type=llama); supplies facts a config lacks.",
+    )
+
+
+class PerGpuMemory(BaseModel):
+    """Memory of the most constrained GPU, GiB (2^30 bytes)."""
+
+    total_gib: float = Field(description="Total memory the runtime reports.")
+    usable_gib: float = Field(
+        description="total x gpu_memory_utilization: what the engine may use."
+    )
+    weights_gib: float
+    activation_gib: float = Field(
+        description="Peak of the engine's profiling forward pass and sampler warm-up."
+    )
+    non_torch_gib: float = Field(description="cuBLAS/NCCL and other allocations outside torch.")
+    cuda_graph_gib: float = Field(
+        description="CUDA-graph pool; inside usable only where the engine charges it."
+    )
+    cuda_graph_in_budget: bool
+    kv_cache_gib: float = Field(
+        description="Memory left for the KV cache (vLLM 'Available KV cache memory')."
+    )
+    headroom_gib: float = Field(
+        description="total - usable, less CUDA graphs when charged outside the budget: what the engine leaves free."
+    )
+
+
+class ParameterCounts(BaseModel):
+    total: int
+    active_per_token: int
+    by_component: dict[str, int]
+
+
+class QuestionAnswer(BaseModel):
+    """The answer to --context-tokens / --concurrency."""
+
+    context_tokens: int
+    concurrency: int
+    fits: bool = Field(
+        description="concurrency requests of context_tokens fit in the KV cache at once."
+    )
+    max_concurrency_at_context: int = Field(
+        description="Whole requests of context_tokens that fit at once."
+    )
+    max_context_at_concurrency: int = Field(
+        description="Longest context per request (tokens, up to max_model_len) with `concurrency` requests at once."
+    )
+
+
+class Quantity(BaseModel):
+    name: str
+    provenance: Provenance
+    detail: str
+
+
+class Suggestion(BaseModel):
+    """A recomputed alternative deployment."""
+
+    change: str
+    flags: str = Field(description="Flags to add or change, as for `inferwise fit` / `vllm serve`.")
+    fits: bool
+    kv_cache_tokens: int
+    max_concurrency: float
+    num_gpus: int
+    kv_cache_gib: float
+    cost: str = Field(
+        description="What it costs: quality risk, more GPUs, shorter requests, less headroom."
+    )
+
+
+class FitResult(BaseModel):
+    """Memory fit of one replica (see DESIGN.md `inferwise fit`)."""
+
+    model: str
+    gpu: str
+    engine: str
+    engine_version: str
+    engine_rules_version: str = Field(description="Release whose accounting rules were applied.")
+    fits: bool
+    verdict: str = Field(description="One sentence: fits or not, and why.")
+    num_gpus: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    dtype: str
+    kv_cache_dtype: str
+    quantization: str
+    parameters: ParameterCounts
+    weights_bytes_total: int = Field(
+        description="All weights of the model in their storage format, bytes."
+    )
+    checkpoint_bytes: int | None = Field(
+        default=None, description="Measured checkpoint size when known, bytes."
+    )
+    per_gpu: PerGpuMemory
+    kv_bytes_per_token: int = Field(
+        description="KV bytes one token costs on the most loaded GPU (all its layers)."
+    )
+    kv_bytes_per_token_total: int = Field(
+        description="KV bytes one token costs across all GPUs of the replica."
+    )
+    kv_bytes_per_token_per_layer: dict[str, int] = Field(description="Per layer kind, on one GPU.")
+    kv_cache_blocks: int
+    kv_cache_tokens: int = Field(description="As vLLM logs 'GPU KV cache size: N tokens'.")
+    max_concurrency: float = Field(
+        description="As vLLM logs 'Maximum concurrency for max_model_len tokens per request'."
+    )
+    answer: QuestionAnswer | None = None
+    quantities: list[Quantity] = Field(
+        description="Which figures are measured, computed or assumed."
+    )
+    assumptions: list[str]
+    warnings: list[str]
+    suggestions: list[Suggestion]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _gib(x: float) -> float:
+    return round(x / GiB, 3)
+
+
+def _resolve_dtype(
+    req_dtype: str, config_dtype: str | None, assumptions: list[str]
+) -> tuple[str, float]:
+    from .quantization import dtype_bytes
+
+    if req_dtype != "auto":
+        name = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32"}.get(
+            req_dtype, req_dtype
+        )
+        return name, dtype_bytes(name)
+    if not config_dtype:
+        return "bfloat16", 2
+    name = config_dtype.lower().removeprefix("torch.")
+    if name in ("float32", "float"):
+        assumptions.append("checkpoint is float32; vLLM's dtype=auto serves it as bfloat16")
+        return "bfloat16", 2
+    return name, dtype_bytes(name)
+
+
+def _check_parallelism(req: FitRequest, arch) -> None:
+    tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
+    heads = arch.num_attention_heads
+    if heads % tp:
+        raise InputError(
+            "tensor_parallel_size",
+            f"{tp} does not divide the model's {heads} attention heads (vLLM requires it)",
+            accepted=", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0 and d <= 128),
+        )
+    kv = arch.num_kv_heads
+    if arch.mla is None and ((kv >= tp and kv % tp) or (kv < tp and tp % kv)):
+        raise InputError(
+            "tensor_parallel_size",
+            f"{tp} and the model's {kv} KV heads must divide one another (vLLM QKVParallelLinear)",
+        )
+    if pp > arch.num_layers:
+        raise InputError(
+            "pipeline_parallel_size",
+            f"{pp} stages for {arch.num_layers} layers",
+            accepted=f"1..{arch.num_layers}",
+        )
+
+
+def estimate_fit(req: FitRequest) -> FitResult:
+    """Compute the memory fit; see the module docstring."""
+    return _estimate(req, with_suggestions=True)
+
+
+def _estimate(req: FitRequest, with_suggestions: bool) -> FitResult:
+    from . import engine_policy as ep
+    from .architecture import from_config
+    from .catalog import get_gpu, load_model
+    from .kv_cache import kv_bytes_per_token
+    from .params import count_parameters, weight_bytes
+    from .quantization import resolve_quantization
+
+    assumptions: list[str] = []
+    warnings: list[str] = []
+    quantities: list[Quantity] = []
+
+    source = load_model(req.model)
+    arch = from_config(source.config, req.hf_overrides)
+    assumptions += list(arch.notes)
+    _check_parallelism(req, arch)
+
+    gpu = get_gpu(req.gpu) if req.gpu else None
+    if req.gpu_memory_gib is not None:
+        total_gib = float(req.gpu_memory_gib)
+        if gpu is not None:
+            warnings.append(
+                f"--gpu-memory-gib {total_gib:g} overrides the catalog's {gpu.memory_total_gib:g} GiB for {gpu.id}"
+            )
+        quantities.append(
+            Quantity(name="total_gib", provenance="measured", detail="given by --gpu-memory-gib")
+        )
+    else:
+        assert gpu is not None
+        total_gib = gpu.memory_total_gib
+        quantities.append(
+            Quantity(
+                name="total_gib",
+                provenance="measured",
+                detail=f"{gpu.name}: runtime-reported total from the GPU catalog ({gpu.source_url})",
+            )
+        )
+    gpu_label = gpu.id if gpu else f"custom-{total_gib:g}gib"
+    total = total_gib * GiB
+
+    tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
+    world = tp * pp
+    num_gpus = req.num_gpus or world
+    if num_gpus < world:
+        raise InputError(
+            "num_gpus",
+            f"{num_gpus} GPUs cannot hold tensor_parallel_size x pipeline_parallel_size = {world}",
+            accepted=f">= {world}",
+        )
+    if num_gpus > world:
+        if num_gpus % world:
+            warnings.append(
+                f"{num_gpus} GPUs is not a multiple of the replica size {world}; some would idle"
+            )
+        warnings.append(
+            f"this fit is for one replica of {world} GPU(s); {num_gpus // world} replicas fit on {num_gpus} GPUs "
+            "(data parallel), each with the KV cache below"
+        )
+
+    dtype_name, act_bytes = _resolve_dtype(req.dtype, arch.torch_dtype, assumptions)
+    scheme = resolve_quantization(req.quantization, arch.quantization_config)
+    wb = weight_bytes(arch, scheme, act_bytes, tp, pp)
+    counts = count_parameters(arch)
+    quantities.append(
+        Quantity(
+            name="weights_gib",
+            provenance="computed",
+            detail=f"{counts.total:,} parameters from config.json; {scheme.description if scheme.is_quantized else dtype_name}; "
+            "split per module as vLLM shards it",
+        )
+    )
+    if source.checkpoint_bytes:
+        diff = (wb.total_bytes - source.checkpoint_bytes) / source.checkpoint_bytes
+        quantities.append(
+            Quantity(
+                name="checkpoint_bytes",
+                provenance="measured",
+                detail=f"{source.checkpoint_bytes / GiB:.2f} GiB on disk; computed weights differ by {diff:+.1%}",
+            )
+        )
+        if abs(diff) > 0.03:
+            warnings.append(
+                f"computed weights ({wb.total_bytes / GiB:.2f} GiB) differ from the checkpoint "
+                f"({source.checkpoint_bytes / GiB:.2f} GiB) by {diff:+.1%}; extra tensors (e.g. MTP layers) "
+                "or a different format"
+            )
+
+    kvb = kv_bytes_per_token(arch, req.kv_cache_dtype, tp, pp, act_bytes)
+    assumptions += list(kvb.notes)
+    kv_dtype_name = f"auto ({dtype_name})" if req.kv_cache_dtype == "auto" else req.kv_cache_dtype
+
+    # ------------------------------------------------------------ max_model_len
+    model_max = arch.max_position_embeddings
+    if req.max_model_len is not None and req.max_model_len > model_max:
+        raise InputError(
+            "max_model_len",
+            f"{req.max_model_len} exceeds the model's maximum context {model_max} "
+            "(vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)",
+            accepted=f"1..{model_max}",
+        )
+    max_model_len = req.max_model_len or model_max
+    if req.max_model_len is None:
+        assumptions.append(
+            f"max_model_len = the model's maximum, {model_max:,} tokens (vLLM's default)"
+        )
+
+    engine = req.engine
+    if engine == "sglang":
+        return _sglang(
+            req,
+            arch,
+            source,
+            gpu_label,
+            total,
+            wb,
+            counts,
+            kvb,
+            dtype_name,
+            kv_dtype_name,
+            scheme,
+            max_model_len,
+            num_gpus,
+            assumptions,
+            warnings,
+            quantities,
+        )
+
+    rules = ep.vllm_rules(req.engine_version)
+    warnings += list(rules.notes)
+    if req.engine_version is None:
+        assumptions.append(f"vLLM {rules.version} accounting (the newest release the rules know)")
+
+    block_size = req.block_size
+    if block_size is None:
+        block_size, why = ep.vllm_default_block_size(arch, gpu.id if gpu else None)
+        assumptions.append(why)
+    mnbt_default, seqs_default, why = ep.vllm_default_batching(
+        rules, total_gib, gpu.id if gpu else None, max_model_len
+    )
+    mnbt = req.max_num_batched_tokens or mnbt_default
+    max_num_seqs = req.max_num_seqs or seqs_default
+    if req.max_num_batched_tokens is None or req.max_num_seqs is None:
+        assumptions.append(why)
+    if not rules.v1 and mnbt < max_model_len and max_model_len <= 32768:
+        raise InputError(
+            "max_num_batched_tokens",
+            f"{mnbt} is smaller than max_model_len {max_model_len}; the V0 engine without chunked "
+            "prefill needs a whole prompt per step",
+        )
+
+    # ------------------------------------------------------------ memory per stage
+    usable = total * req.gpu_memory_utilization
+    act_last = ep.activation_peak_bytes(arch, act_bytes, mnbt, max_num_seqs, tp, rules.v1)
+    act_other = ep.activation_peak_bytes(arch, act_bytes, mnbt, 0, tp, rules.v1)
+    non_torch = ep.non_torch_bytes(rules, tp, pp)
+    stages = kvb.layers_per_stage
+    layers_on_rank = max(sum(s.values()) for s in stages)
+    graphs = ep.cuda_graph_bytes(arch, layers_on_rank, req.enforce_eager)
+    charged_graphs = graphs if rules.cuda_graphs_in_budget else 0
+    avail: list[int] = []
+    acts: list[int] = []
+    for s in range(pp):
+        act = act_last if s == pp - 1 else act_other
+        acts.append(act)
+        avail.append(int(usable - wb.per_stage_bytes[s] - act - non_torch - charged_graphs))
+    quantities += [
+        Quantity(
+            name="activation_gib",
+            provenance="assumed",
+            detail=f"modelled peak of vLLM's profiling run ({mnbt:,} tokens, sampler for "
+            f"{min(max_num_seqs, mnbt):,} requests x {arch.vocab_size:,} vocabulary), calibrated on public start-up logs",
+        ),
+        Quantity(
+            name="non_torch_gib",
+            provenance="assumed",
+            detail="typical value from public start-up logs",
+        ),
+        Quantity(
+            name="cuda_graph_gib",
+            provenance="assumed",
+            detail="estimated CUDA-graph pool"
+            + (
+                " (charged inside the budget from vLLM 0.21)"
+                if rules.cuda_graphs_in_budget
+                else " (outside the budget before vLLM 0.21)"
+            ),
+        ),
+        Quantity(
+            name="kv_cache_tokens",
+            provenance="computed",
+            detail="vLLM's block rules (kv_cache_utils.py) applied to the memory left for the KV cache",
+        ),
+    ]
+
+    layout = ep.vllm_kv_layout(
+        arch, rules, stages, kvb.per_layer[next(iter(kvb.per_layer))], block_size
+    )
+    assumptions += list(layout.notes)
+    cap = ep.kv_capacity(layout, rules, avail, max_model_len, mnbt)
+
+    # The most constrained stage is the one reported per GPU.
+    worst = min(range(pp), key=lambda s: avail[s] / max(1, layout.group_size_per_stage[s]))
+    kv_gib = max(0, avail[worst])
+    headroom = total - usable - (0 if rules.cuda_graphs_in_budget else graphs)
+    per_gpu = PerGpuMemory(
+        total_gib=_gib(total),
+        usable_gib=_gib(usable),
+        weights_gib=_gib(wb.per_stage_bytes[worst]),
+        activation_gib=_gib(acts[worst]),
+        non_torch_gib=_gib(non_torch),
+        cuda_graph_gib=_gib(graphs),
+        cuda_graph_in_budget=rules.cuda_graphs_in_budget,
+        kv_cache_gib=_gib(kv_gib),
+        headroom_gib=_gib(headroom),
+    )
+    if headroom < 0:
+        warnings.append(
+            f"CUDA graphs (~{graphs / GiB:.2f} GiB) do not fit in the {(total - usable) / GiB:.2f} GiB the "
+            "utilization leaves free: capture may run out of memory; lower --gpu-memory-utilization or use --enforce-eager"
+        )
+
+    # ------------------------------------------------------------ verdict
+    if avail[worst] <= 0:
+        fits = False
+        need = usable - avail[worst]
+        if wb.per_stage_bytes[worst] > usable:
+            verdict = (
+                f"Does not fit: weights need {wb.per_stage_bytes[worst] / GiB:.2f} GiB per GPU but only "
+                f"{usable / GiB:.2f} GiB are usable (gpu_memory_utilization {req.gpu_memory_utilization:g})."
+            )
+        else:
+            verdict = (
+                f"Does not fit: weights, activations and runtime memory need {need / GiB:.2f} GiB per GPU, "
+                f"more than the {usable / GiB:.2f} GiB usable; no memory is left for the KV cache."
+            )
+        warnings.append(
+            "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+            "initializing the engine. (vLLM's start-up error)"
+        )
+    elif not cap.fits_one_request:
+        fits = False
+        est = cap.estimated_max_model_len
+        verdict = (
+            f"Does not fit at max_model_len {max_model_len:,}: one such request needs "
+            f"{cap.needed_bytes_one_request / GiB:.2f} GiB of KV cache per GPU, more than the "
+            f"{kv_gib / GiB:.2f} GiB available; the longest context that fits is {est:,} tokens."
+        )
+        warnings.append(
+            f"To serve at least one request with the models's max seq len ({max_model_len}), "
+            f"({cap.needed_bytes_one_request / GiB:.2f} GiB KV cache is needed, which is larger than the "
+            f"available KV cache memory ({kv_gib / GiB:.2f} GiB). Based on the available memory, the "
+            f"estimated maximum model length is {est}. Try increasing `gpu_memory_utilization` or "
+            "decreasing `max_model_len` when initializing the engine. (vLLM's start-up error)"
+        )
+    else:
+        fits = True
+        verdict = (
+            f"Fits: {cap.kv_cache_tokens:,} KV-cache tokens, {cap.max_concurrency:.2f} concurrent "
+            f"requests of {max_model_len:,} tokens."
+        )
+
+    # ------------------------------------------------------------ the user's question
+    answer = None
+    if req.context_tokens is not None or req.concurrency is not None:
+        ctx = req.context_tokens or max_model_len
+        conc = req.concurrency or 1
+        at_ctx = (
+            ep.max_concurrency_at(layout, cap.num_blocks, ctx, mnbt)
+            if fits or cap.num_blocks
+            else 0
+        )
+        at_conc = ep.max_len_for(layout, cap.num_blocks, conc, max_model_len, mnbt)
+        ok = ctx <= max_model_len and at_ctx >= conc and avail[worst] > 0
+        if ctx > max_model_len:
+            warnings.append(
+                f"--context-tokens {ctx:,} exceeds max_model_len {max_model_len:,}; raise --max-model-len"
+            )
+        if conc > max_num_seqs:
+            warnings.append(
+                f"--concurrency {conc} exceeds max_num_seqs {max_num_seqs}: the engine queues the rest"
+            )
+        answer = QuestionAnswer(
+            context_tokens=ctx,
+            concurrency=conc,
+            fits=ok,
+            max_concurrency_at_context=at_ctx,
+            max_context_at_concurrency=at_conc,
+        )
+
+    result = FitResult(
+        model=source.hf_id,
+        gpu=gpu_label,
+        engine="vllm",
+        engine_version=rules.version,
+        engine_rules_version=rules.rules_from,
+        fits=fits,
+        verdict=verdict,
+        num_gpus=num_gpus,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=mnbt,
+        max_num_seqs=max_num_seqs,
+        block_size=block_size,
+        dtype=dtype_name,
+        kv_cache_dtype=kv_dtype_name,
+        quantization=scheme.description if scheme.is_quantized else "none",
+        parameters=ParameterCounts(
+            total=counts.total,
+            active_per_token=counts.active_per_token,
+            by_component={
+                k: v for k, v in counts.as_dict().items() if k not in ("total", "active_per_token")
+            },
+        ),
+        weights_bytes_total=wb.total_bytes,
+        checkpoint_bytes=source.checkpoint_bytes,
+        per_gpu=per_gpu,
+        kv_bytes_per_token=kvb.per_gpu,
+        kv_bytes_per_token_total=kvb.total,
+        kv_bytes_per_token_per_layer=kvb.per_layer,
+        kv_cache_blocks=cap.num_blocks,
+        kv_cache_tokens=cap.kv_cache_tokens if avail[worst] > 0 else 0,
+        max_concurrency=round(cap.max_concurrency, 4) if avail[worst] > 0 else 0.0,
+        answer=answer,
+        quantities=quantities,
+        assumptions=assumptions,
+        warnings=warnings,
+        suggestions=[],
+    )
+    if with_suggestions:
+        result.suggestions = _suggestions(req, result, arch, scheme, gpu)
+    return result
+
+
+def _sglang(
+    req,
+    arch,
+    source,
+    gpu_label,
+    total,
+    wb,
+    counts,
+    kvb,
+    dtype_name,
+    kv_dtype_name,
+    scheme,
+    max_model_len,
+    num_gpus,
+    assumptions,
+    warnings,
+    quantities,
+) -> FitResult:
+    """SGLang: one token per page, KV pool = free memory after weights minus
+    the share mem_fraction_static leaves out (model_runner.profile_max_num_token)."""
+    from . import engine_policy as ep
+
+    tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
+    if "gpu_memory_utilization" in req.model_fields_set:
+        mfs = req.gpu_memory_utilization
+    else:
+        mfs = ep.sglang_default_mem_fraction(tp)
+        assumptions.append(f"SGLang mem_fraction_static default for tp={tp}: {mfs}")
+    version = req.engine_version or ep.SGLANG_DEFAULT_VERSION
+    if req.engine_version and req.engine_version not in ep.SGLANG_KNOWN_VERSIONS:
+        warnings.append(
+            f"no SGLang rules recorded for {req.engine_version}; used those of {ep.SGLANG_DEFAULT_VERSION}"
+        )
+    weights = max(wb.per_stage_bytes)
+    tokens, rest = ep.sglang_max_total_tokens(total, weights, mfs, kvb.per_gpu)
+    assumptions.append(
+        f"SGLang: {ep.SGLANG_CONTEXT_OVERHEAD_GIB} GiB CUDA context before the free-memory measurement (assumed)"
+    )
+    quantities.append(
+        Quantity(
+            name="kv_cache_tokens", provenance="computed", detail="SGLang profile_max_num_token"
+        )
+    )
+    fits = tokens >= max_model_len
+    conc = tokens / max_model_len if max_model_len else 0.0
+    verdict = (
+        f"Fits: {tokens:,} KV-cache tokens ({conc:.2f} requests of {max_model_len:,} tokens)."
+        if fits
+        else f"Does not fit: the KV pool holds {tokens:,} tokens, fewer than one request of {max_model_len:,}."
+    )
+    usable = total * mfs
+    per_gpu = PerGpuMemory(
+        total_gib=_gib(total),
+        usable_gib=_gib(usable),
+        weights_gib=_gib(weights),
+        activation_gib=_gib(max(0.0, total * (1 - mfs))),
+        non_torch_gib=ep.SGLANG_CONTEXT_OVERHEAD_GIB,
+        cuda_graph_gib=0.0,
+        cuda_graph_in_budget=False,
+        kv_cache_gib=_gib(max(0.0, rest)),
+        headroom_gib=_gib(total - usable),
+    )
+    answer = None
+    if req.context_tokens is not None or req.concurrency is not None:
+        ctx = req.context_tokens or max_model_len
+        c = req.concurrency or 1
+        answer = QuestionAnswer(
+            context_tokens=ctx,
+            concurrency=c,
+            fits=ctx <= max_model_len and tokens >= ctx * c,
+            max_concurrency_at_context=tokens // ctx,
+            max_context_at_concurrency=min(max_model_len, tokens // c),
+        )
+    return FitResult(
+        model=source.hf_id,
+        gpu=gpu_label,
+        engine="sglang",
+        engine_version=version,
+        engine_rules_version=ep.SGLANG_DEFAULT_VERSION,
+        fits=fits,
+        verdict=verdict,
+        num_gpus=num_gpus,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=req.max_num_batched_tokens or 8192,
+        max_num_seqs=req.max_num_seqs or 4096,
+        block_size=1,
+        dtype=dtype_name,
+        kv_cache_dtype=kv_dtype_name,
+        quantization=scheme.description if scheme.is_quantized else "none",
+        parameters=ParameterCounts(
+            total=counts.total,
+            active_per_token=counts.active_per_token,
+            by_component={
+                k: v for k, v in counts.as_dict().items() if k not in ("total", "active_per_token")
+            },
+        ),
+        weights_bytes_total=wb.total_bytes,
+        checkpoint_bytes=source.checkpoint_bytes,
+        per_gpu=per_gpu,
+        kv_bytes_per_token=kvb.per_gpu,
+        kv_bytes_per_token_total=kvb.total,
+        kv_bytes_per_token_per_layer=kvb.per_layer,
+        kv_cache_blocks=tokens,
+        kv_cache_tokens=tokens,
+        max_concurrency=round(conc, 4),
+        answer=answer,
+        quantities=quantities,
+        assumptions=assumptions,
+        warnings=warnings,
+        suggestions=[],
+    )
+
+
+def _suggestions(req: FitRequest, base: FitResult, arch, scheme, gpu) -> list[Suggestion]:
+    """Recompute the deployment with one change at a time."""
+    from .catalog import list_gpus
+
+    options: list[tuple[str, str, dict, str]] = []
+    if req.kv_cache_dtype in ("auto", "bfloat16", "float16"):
+        options.append(
+            (
+                "FP8 KV cache",
+                "--kv-cache-dtype fp8",
+                {"kv_cache_dtype": "fp8"},
+                "about 2x the KV tokens; small accuracy risk (validate on your evals), FP8 attention kernels needed",
+            )
+        )
+    tp2 = req.tensor_parallel_size * 2
+    if arch.num_attention_heads % tp2 == 0 and tp2 <= 8:
+        extra = (tp2 - req.tensor_parallel_size) * req.pipeline_parallel_size
+        options.append(
+            (
+                f"tensor parallel {tp2}",
+                f"--tensor-parallel-size {tp2}",
+                {"tensor_parallel_size": tp2, "num_gpus": None},
+                f"{extra} more GPU(s) per replica; all-reduce traffic each layer (fast with NVLink)",
+            )
+        )
+    if not scheme.is_quantized and req.quantization is None:
+        options.append(
+            (
+                "FP8 weights",
+                "--quantization fp8",
+                {"quantization": "fp8"},
+                "half the weight memory; small quality risk; full speed needs FP8 tensor cores (Ada, Hopper, Blackwell)",
+            )
+        )
+    if req.gpu_memory_utilization < 0.95:
+        options.append(
+            (
+                "higher memory utilization",
+                "--gpu-memory-utilization 0.95",
+                {"gpu_memory_utilization": 0.95},
+                "less headroom: out-of-memory risk if anything else uses the GPU",
+            )
+        )
+    if (
+        base.answer is not None
+        and not base.answer.fits
+        and base.answer.max_context_at_concurrency > 0
+    ):
+        shorter = base.answer.max_context_at_concurrency
+        options.append(
+            (
+                f"max_model_len {shorter:,}",
+                f"--max-model-len {shorter}",
+                {"max_model_len": shorter, "context_tokens": shorter},
+                f"requests longer than {shorter:,} tokens are rejected",
+            )
+        )
+    elif not base.fits:
+        longest = _longest_fitting_len(base)
+        if longest:
+            options.append(
+                (
+                    f"max_model_len {longest:,}",
+                    f"--max-model-len {longest}",
+                    {"max_model_len": longest},
+                    f"requests longer than {longest:,} tokens are rejected",
+                )
+            )
+    if gpu is not None and req.gpu_memory_gib is None:
+        bigger = sorted(
+            (
+                g
+                for g in list_gpus()
+                if g.memory_total_gib > gpu.memory_total_gib * 1.1 and g.vendor == gpu.vendor
+            ),
+            key=lambda g: g.memory_total_gib,
+        )
+        if bigger:
+            g = bigger[0]
+            options.append(
+                (
+                    f"bigger GPU ({g.name})",
+                    f"--gpu {g.id}",
+                    {"gpu": g.id},
+                    f"{g.memory_total_gib:.0f} GiB instead of {gpu.memory_total_gib:.0f} GiB per GPU; different hardware and price",
+                )
+            )
+    out: list[Suggestion] = []
+    for change, flags, update, cost in options:
+        data = req.model_dump(exclude_unset=True)
+        data.update(update)
+        data = {k: v for k, v in data.items() if v is not None}
+        try:
+            alt = _estimate(FitRequest.model_validate(data), with_suggestions=False)
+        except (InputError, ValueError):
+            continue
+        out.append(
+            Suggestion(
+                change=change,
+                flags=flags,
+                fits=alt.fits if alt.answer is None else alt.fits and alt.answer.fits,
+                kv_cache_tokens=alt.kv_cache_tokens,
+                max_concurrency=alt.max_concurrency,
+                num_gpus=alt.num_gpus,
+                kv_cache_gib=alt.per_gpu.kv_cache_gib,
+                cost=cost,
+            )
+        )
+    return out
+
+
+def _longest_fitting_len(base: FitResult) -> int:
+    """The longest max_model_len vLLM said would fit (from its error text)."""
+    for w in base.warnings:
+        marker = "estimated maximum model length is "
+        if marker in w:
+            tail = w.split(marker, 1)[1].split(".")[0]
+            if tail.isdigit() and int(tail) > 0:
+                return int(tail)
+    return 0

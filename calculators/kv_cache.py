@@ -1,0 +1,128 @@
+"""KV cache bytes per token, per layer type and per GPU, as the engine lays it out.
+
+The layout follows vLLM's ``vllm/v1/kv_cache_interface.py`` (0.9 - 0.2x):
+
+* full and sliding-window attention store K and V for each KV head on the
+  rank: ``2 x kv_heads_per_rank x head_dim x dtype bytes`` per token and layer
+  (``AttentionSpec.real_page_size_bytes`` divided by ``block_size``);
+* tensor parallelism splits KV heads; below one head per rank the heads are
+  replicated, each rank holding one (``num_kv_heads = max(1, total // tp)``,
+  vLLM ``LlamaAttention``/``QKVParallelLinear``);
+* MLA keeps one latent of ``kv_lora_rank + qk_rope_head_dim`` values per
+  token and layer, *not* split by tensor parallelism (``MLAAttentionSpec``,
+  ``num_kv_heads = 1``);
+* pipeline parallelism gives each stage its own layers; the stage with the
+  most layers of the costliest kind is the most loaded.
+
+A sliding-window layer costs the same per *stored* token as a full one; what
+differs is how many tokens a request keeps (the window), which the engine
+policy accounts for when it turns bytes into a token capacity.
+
+Public API: :func:`kv_cache_bytes_per_element`, :func:`kv_bytes_per_token`
+-> :class:`KVBytesPerToken`. Stdlib only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .architecture import LayerKind, ModelArchitecture
+from .errors import InputError
+from .params import pp_layer_split
+
+KV_DTYPE_BYTES = {
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "bfloat16": 2,
+    "float16": 2,
+    "float32": 4,
+}
+
+
+def kv_cache_bytes_per_element(kv_cache_dtype: str, model_dtype_bytes: float) -> float:
+    """Bytes per cached value: ``auto`` follows the model's activation dtype."""
+    if kv_cache_dtype == "auto":
+        return model_dtype_bytes
+    try:
+        return KV_DTYPE_BYTES[kv_cache_dtype]
+    except KeyError:
+        raise InputError(
+            "kv_cache_dtype",
+            f"unknown KV cache dtype '{kv_cache_dtype}'",
+            accepted="auto, " + ", ".join(KV_DTYPE_BYTES),
+        ) from None
+
+
+def kv_heads_per_rank(arch: ModelArchitecture, tensor_parallel_size: int) -> int:
+    """KV heads each tensor-parallel rank stores (replicated below one per rank)."""
+    if arch.mla is not None:
+        return 1
+    return max(1, arch.num_kv_heads // tensor_parallel_size)
+
+
+def head_size_per_token(arch: ModelArchitecture) -> int:
+    """Values stored per token, head and layer: K and V for attention, one latent for MLA."""
+    if arch.mla is not None:
+        return arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
+    return 2 * arch.head_dim
+
+
+@dataclass(frozen=True)
+class KVBytesPerToken:
+    """KV bytes one token costs.
+
+    ``per_layer`` is per layer kind on one GPU; ``per_gpu`` sums the layers
+    of the most loaded pipeline stage on one GPU (what one rank pays for a
+    token kept in every layer); ``total`` sums all layers and all ranks of
+    the replica (replicated KV heads counted on each rank that holds them).
+    """
+
+    per_layer: dict[str, int]
+    per_gpu: int
+    total: int
+    layers_per_stage: tuple[dict[str, int], ...]
+    """Layer counts by kind for each pipeline stage."""
+    element_bytes: float
+    kv_heads_per_rank: int
+    notes: tuple[str, ...] = field(default=())
+
+
+def kv_bytes_per_token(
+    arch: ModelArchitecture,
+    kv_cache_dtype: str,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    model_dtype_bytes: float = 2,
+) -> KVBytesPerToken:
+    """Per-token KV cost by layer kind, on the most loaded GPU and in total."""
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    elem = kv_cache_bytes_per_element(kv_cache_dtype, model_dtype_bytes)
+    heads = kv_heads_per_rank(arch, tp)
+    per_layer_bytes = int(heads * head_size_per_token(arch) * elem)
+    kinds: set[LayerKind] = set(arch.layer_kinds)
+    per_layer = {k: per_layer_bytes for k in sorted(kinds)}
+    stages: list[dict[str, int]] = []
+    for r in pp_layer_split(arch.num_layers, pp):
+        counts: dict[str, int] = {}
+        for i in r:
+            counts[arch.layer_kinds[i]] = counts.get(arch.layer_kinds[i], 0) + 1
+        stages.append(counts)
+    per_gpu = max(sum(per_layer[k] * n for k, n in s.items()) for s in stages)
+    total = per_layer_bytes * arch.num_layers * tp
+    notes: list[str] = []
+    if arch.mla is None and arch.num_kv_heads < tp:
+        notes.append(
+            f"{arch.num_kv_heads} KV heads < tensor parallel {tp}: each rank keeps a replica of one head"
+        )
+    if arch.mla is not None and tp > 1:
+        notes.append("MLA latent cache is replicated on every tensor-parallel rank, not split")
+    return KVBytesPerToken(
+        per_layer=per_layer,
+        per_gpu=per_gpu,
+        total=total,
+        layers_per_stage=tuple(stages),
+        element_bytes=elem,
+        kv_heads_per_rank=heads,
+        notes=tuple(notes),
+    )
