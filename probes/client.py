@@ -75,13 +75,14 @@ class Target:
         return h if self.port == default else f"{h}:{self.port}"
 
 
-def redact(text: str | None, secrets: list[str]) -> str | None:
+def redact(text: str | None, secrets: list[str], limit: int = 300) -> str | None:
+    """Remove secrets, then clip: clipping first could leave a prefix of a key behind."""
     if text is None:
         return None
     for s in secrets:
         if s and len(s) >= 4:
             text = text.replace(s, "***")
-    return text
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Failure(Exception):
@@ -537,7 +538,7 @@ def to_record(
         )
     status = outcome.status or 0
     if status >= 400 or status < 200 or 300 <= status < 400:
-        body = b"".join(d for _, d in outcome.reads)[:600].decode("utf-8", "replace")
+        body = b"".join(d for _, d in outcome.reads)[:8000].decode("utf-8", "replace")
         try:
             obj = json.loads(body)
             detail = obj.get("error", obj) if isinstance(obj, dict) else obj
@@ -547,10 +548,9 @@ def to_record(
         except ValueError:
             pass
         cls = _status_error(status) if status >= 400 else "other"
-        msg = f"HTTP {status}: {body.strip()[:200]}"
         ra = retry_after_s(outcome.headers)
-        if status == 429 and ra is not None:
-            msg += f" (Retry-After {ra:g} s)"
+        wait = f" (Retry-After {ra:g} s)" if status == 429 and ra is not None else ""
+        msg = f"HTTP {status}{wait}: {body.strip()}"
         return RequestRecord(ok=False, error_class=cls, error_message=redact(msg, secrets), **base)  # type: ignore[arg-type]
 
     ctype = outcome.headers.get("content-type", "")

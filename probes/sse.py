@@ -106,9 +106,9 @@ class ChunkInfo:
 
 def _error_text(obj: Any) -> str:
     if isinstance(obj, dict):
-        msg = obj.get("message") or obj.get("error") or obj.get("type") or json.dumps(obj)[:200]
-        return str(msg)[:300]
-    return str(obj)[:300]
+        msg = obj.get("message") or obj.get("error") or obj.get("type") or json.dumps(obj)
+        return str(msg)[:4000]
+    return str(obj)[:4000]
 
 
 def interpret(data: bytes) -> ChunkInfo:
