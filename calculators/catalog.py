@@ -93,7 +93,9 @@ class ModelSource:
     """Hugging Face id for catalog entries; the path for local models."""
     config: dict[str, Any]
     """The real ``config.json`` content, unflattened (multimodal models keep
-    ``text_config`` / ``vision_config``)."""
+    ``text_config`` / ``vision_config``). One addition, as vLLM makes it: a
+    ModelOpt checkpoint without ``quantization_config`` gets the content of its
+    ``hf_quant_config.json`` there, with the resolved ``quant_method``."""
     source_url: str
     checkpoint_bytes: int | None
     """Exact checkpoint size when known: ``model.safetensors.index.json``
@@ -204,14 +206,15 @@ def _models() -> tuple[ModelSource, ...]:
     models = []
     for path in sorted(MODELS_DIR.glob("*.json")):
         entry = json.loads(path.read_text(encoding="utf-8"))
+        config, how = _with_modelopt_quantization(entry["config"], entry.get("hf_quant_config"))
         models.append(
             ModelSource(
                 hf_id=entry["hf_id"],
-                config=entry["config"],
+                config=config,
                 source_url=entry["source_url"],
                 checkpoint_bytes=entry.get("checkpoint_bytes"),
                 origin="catalog",
-                notes=entry.get("notes", ""),
+                notes=" ".join(n for n in (entry.get("notes", ""), how) if n),
                 hf_quant_config=entry.get("hf_quant_config"),
             )
         )
@@ -227,6 +230,29 @@ def _model_index() -> tuple[dict[str, ModelSource], dict[str, list[ModelSource]]
         by_id[m.hf_id.lower()] = m
         by_name.setdefault(m.hf_id.split("/")[-1].lower(), []).append(m)
     return by_id, by_name
+
+
+def _with_modelopt_quantization(
+    config: dict[str, Any], hf_quant_config: dict[str, Any] | None
+) -> tuple[dict[str, Any], str]:
+    """Give the config the quantization_config vLLM gives it.
+
+    ModelOpt exports up to 0.29 keep their quantization in a separate
+    ``hf_quant_config.json``; vLLM's config loader copies that file into
+    ``quantization_config`` when config.json has none, and its ModelOpt config
+    class then resolves the method from ``quantization.quant_algo`` (FP8 ->
+    ``modelopt``, NVFP4 -> ``modelopt_fp4``). We do the same and write the
+    resolved method into ``quant_method`` so the calculators read one field.
+    """
+    if not hf_quant_config or config.get("quantization_config"):
+        return config, ""
+    algo = str((hf_quant_config.get("quantization") or {}).get("quant_algo", "")).upper()
+    method = "modelopt_fp4" if "FP4" in algo else "modelopt"
+    config = {**config, "quantization_config": {**hf_quant_config, "quant_method": method}}
+    return config, (
+        f"quantization_config taken from hf_quant_config.json (as vLLM does), "
+        f"quant_method '{method}' resolved from quant_algo '{algo}'"
+    )
 
 
 def _fresh(model: ModelSource) -> ModelSource:
@@ -306,14 +332,17 @@ def _load_path(path: Path) -> ModelSource:
     checkpoint_bytes, how = _checkpoint_bytes(folder)
     quant_path = folder / "hf_quant_config.json"
     hf_quant_config = _read_json(quant_path) if quant_path.is_file() else None
+    if not isinstance(hf_quant_config, dict):
+        hf_quant_config = None
+    config, quant_how = _with_modelopt_quantization(config, hf_quant_config)
     return ModelSource(
         hf_id=str(path),
         config=config,
         source_url=config_path.resolve().as_uri(),
         checkpoint_bytes=checkpoint_bytes,
         origin="path",
-        notes=how,
-        hf_quant_config=hf_quant_config if isinstance(hf_quant_config, dict) else None,
+        notes="; ".join(n for n in (how, quant_how) if n),
+        hf_quant_config=hf_quant_config,
     )
 
 

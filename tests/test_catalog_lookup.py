@@ -155,11 +155,37 @@ def test_load_from_folder_sums_safetensors_without_index(tmp_path: Path) -> None
     assert load_model(str(tmp_path)).checkpoint_bytes == 123
 
 
-def test_folder_reads_hf_quant_config(tmp_path: Path) -> None:
+def test_folder_reads_hf_quant_config_as_vllm_does(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(LLAMA_LIKE))
     quant = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}}
     (tmp_path / "hf_quant_config.json").write_text(json.dumps(quant))
-    assert load_model(str(tmp_path)).hf_quant_config == quant
+    m = load_model(str(tmp_path))
+    assert m.hf_quant_config == quant
+    assert m.config["quantization_config"]["quant_method"] == "modelopt"
+    assert m.config["quantization_config"]["quantization"] == quant["quantization"]
+
+
+def test_nvfp4_modelopt_resolves_to_modelopt_fp4(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_LIKE))
+    quant = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}}
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(quant))
+    assert load_model(str(tmp_path)).config["quantization_config"]["quant_method"] == (
+        "modelopt_fp4"
+    )
+
+
+def test_existing_quantization_config_wins_over_hf_quant_config(tmp_path: Path) -> None:
+    own = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_LIKE, "quantization_config": own}))
+    quant = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}}
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(quant))
+    assert load_model(str(tmp_path)).config["quantization_config"] == own
+
+
+def test_catalog_modelopt_checkpoint_carries_its_quantization() -> None:
+    m = load_model("nvidia/Llama-3.1-70B-Instruct-FP8")
+    assert m.config["quantization_config"]["quant_method"] == "modelopt"
+    assert m.config["quantization_config"]["quantization"]["exclude_modules"] == ["lm_head"]
 
 
 def test_folder_without_config_is_input_error(tmp_path: Path) -> None:
