@@ -154,3 +154,27 @@ def test_layer_types_match_layer_count(model) -> None:
     text = _text(model.config)
     if "layer_types" in text:
         assert len(text["layer_types"]) == text["num_hidden_layers"]
+
+
+def test_memory_totals_match_the_readings_they_cite() -> None:
+    """Where a row cites its runtime reading in a comment ("nvidia-smi: 81559
+    MiB", "... 205822885888 bytes"), the stored GiB must be that reading."""
+    import re
+
+    checked = 0
+    for line in GPU_FILE.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"memory_total_gib = ([\d.]+)\s*#\s*(.*)", line)
+        if not m:
+            continue
+        value, comment = float(m.group(1)), m.group(2)
+        mib = re.search(r"(\d+) MiB", comment)
+        raw = re.search(r"(\d{9,}) bytes", comment)
+        if mib:
+            assert value == pytest.approx(int(mib.group(1)) / 1024, abs=0.001), line
+            checked += 1
+        elif raw:
+            assert value == pytest.approx(int(raw.group(1)) / 2**30, abs=0.001), line
+            checked += 1
+        else:
+            assert "see notes" in comment or "not read" in comment, line
+    assert checked >= 20
