@@ -1,0 +1,355 @@
+"""`inferwise probe` end to end against a local reference server: stored rows, sweeps, open loop,
+the API key never leaving the process, CLI exit codes and Ctrl-C/SIGTERM keeping finished rows."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from inferwise.calculators.errors import InputError
+from inferwise.probes.runner import ProbeRequest, run_probe
+from inferwise.probes.store import RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _refserver():
+    if "refserver" in sys.modules:
+        return sys.modules["refserver"]
+    spec = importlib.util.spec_from_file_location("refserver", ROOT / "bench" / "refserver.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["refserver"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+RefServer = _refserver().RefServer
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("INFERWISE_ALLOW_HOSTS", raising=False)
+    monkeypatch.delenv("INFERWISE_DB", raising=False)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with RefServer(ttft_lo_ms=10, ttft_hi_ms=40, itl_ms=3) as s:
+        yield s
+
+
+def probe(**kw):
+    kw.setdefault("metrics_interval_s", 0)
+    return asyncio.run(run_probe(ProbeRequest(**kw)))
+
+
+def test_closed_loop_run_is_stored_request_by_request(server, tmp_path) -> None:
+    db = str(tmp_path / "runs.db")
+    res = probe(
+        url=server.base_url,
+        concurrency=3,
+        requests=12,
+        warmup_requests=2,
+        output_tokens=6,
+        slo={"ttft_ms": 1000, "e2e_ms": 5000},
+        db=db,
+        label={"engine": "ref"},
+    )
+    assert res.status == "complete" and not res.all_failed
+    s = res.summary
+    assert (s.completed, s.failed, s.warmup_excluded) == (12, 0, 2)
+    assert s.slo_attainment_pct == 100.0 and s.goodput and s.goodput > 0
+    assert s.ttft_ms.p50 is not None and 10 <= s.ttft_ms.p50 < 60
+    assert s.total_output_tokens == 12 * 6 and not s.tokens_approximate
+    assert (
+        res.calibration.calibrated
+        and res.calibration.mean_input_tokens_error_pct == pytest.approx(0, abs=1)
+    )
+    store = RunStore(db)
+    run = store.get_run(res.run_id)
+    assert (
+        run.status == "complete"
+        and run.labels["engine"] == "ref"
+        and run.labels["model"] == "ref-model"
+    )
+    rows = store.requests(res.run_id)
+    assert len(rows) == 14 and sum(r.warmup for r in rows) == 2
+    assert all(
+        r.prompt_text is None and r.output_text is None for r in rows
+    )  # not stored unless asked
+    assert run.summary["completed"] == 12
+
+
+def test_store_text_and_completions_endpoint(server, tmp_path) -> None:
+    db = str(tmp_path / "runs.db")
+    res = probe(
+        url=server.base_url + "/v1",
+        endpoint="completions",
+        requests=2,
+        output_tokens=3,
+        store_text=True,
+        db=db,
+    )
+    rows = RunStore(db).requests(res.run_id)
+    assert all(r.prompt_text and r.output_text == " tok" * 3 for r in rows)
+
+
+def test_open_loop_records_schedule_and_sweep_makes_one_run_per_point(server, tmp_path) -> None:
+    db = str(tmp_path / "runs.db")
+    res = probe(
+        url=server.base_url,
+        request_rate=50,
+        sweep=[40, 80],
+        requests=10,
+        output_tokens=3,
+        db=db,
+        seed=5,
+    )
+    assert [p.request_rate for p in res.sweep] == [40, 80]
+    assert len({p.run_id for p in res.sweep}) == 2
+    rows = RunStore(db).requests(res.sweep[0].run_id)
+    assert len(rows) == 10 and all(r.scheduled_s is not None for r in rows)
+    assert res.client_health.schedule_delay_ms.count == 10
+    assert res.load.startswith("open loop, 80 req/s")
+
+
+def test_duration_bound(server, tmp_path) -> None:
+    t0 = time.monotonic()
+    res = probe(
+        url=server.base_url,
+        concurrency=2,
+        duration_s=0.5,
+        output_tokens=3,
+        db=str(tmp_path / "r.db"),
+    )
+    assert time.monotonic() - t0 < 5
+    assert res.summary.completed >= 4
+
+
+def test_failed_requests_are_classified_not_fatal(tmp_path) -> None:
+    with RefServer(ttft_lo_ms=5, ttft_hi_ms=5, itl_ms=1, fault="http_503", fault_share=0.5) as srv:
+        res = probe(
+            url=srv.base_url,
+            model="m",
+            concurrency=2,
+            requests=20,
+            output_tokens=2,
+            calibrate=False,
+            db=str(tmp_path / "r.db"),
+        )
+    assert 0 < res.summary.failed < 20 and res.summary.completed + res.summary.failed == 20
+    assert res.errors[0].error_class == "http_5xx" and res.errors[0].examples
+    assert res.status == "complete" and not res.all_failed
+
+
+def test_retry_after_is_honoured_only_when_asked(tmp_path) -> None:
+    with RefServer(
+        ttft_lo_ms=5, ttft_hi_ms=5, itl_ms=1, fault="http_429", fault_share=0.5, retry_after_s=0.05
+    ) as srv:
+        plain = probe(
+            url=srv.base_url,
+            model="m",
+            requests=10,
+            output_tokens=2,
+            calibrate=False,
+            db=str(tmp_path / "a.db"),
+        )
+        patient = probe(
+            url=srv.base_url,
+            model="m",
+            requests=10,
+            output_tokens=2,
+            calibrate=False,
+            honor_retry_after=True,
+            db=str(tmp_path / "b.db"),
+        )
+    assert plain.summary.errors.get("http_429", 0) > 0
+    assert patient.summary.errors.get("http_429", 0) < plain.summary.errors["http_429"]
+
+
+def test_all_failed_marks_the_result(tmp_path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = probe(url=f"http://127.0.0.1:{port}", requests=3, db=str(tmp_path / "r.db"))
+    assert res.all_failed and res.status == "failed"
+    assert res.errors[0].error_class == "connect_refused"
+    assert RunStore(str(tmp_path / "r.db")).get_run(res.run_id).status == "failed"
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"requests": 2000}, "requests"),
+        ({"concurrency": 600}, "concurrency"),
+        ({"duration_s": 3600}, "duration_s"),
+        ({"sweep": [1, 1000]}, "concurrency"),
+        ({"url": "http://169.254.169.254"}, "url"),
+        ({"url": "http://10.9.9.9:8000"}, "url"),
+    ],
+)
+def test_caps_and_policy_refuse_before_sending(kw, field, tmp_path) -> None:
+    args = {"url": "http://127.0.0.1:9", "db": str(tmp_path / "r.db"), **kw}
+    with pytest.raises(InputError) as err:
+        probe(**args)
+    assert err.value.field == field
+
+
+def test_caps_can_be_raised_explicitly() -> None:
+    req = ProbeRequest(url="http://127.0.0.1:9", requests=2000, max_requests=5000)
+    from inferwise.probes.runner import _check_bounds
+
+    assert _check_bounds(req)[0] == 2000
+
+
+def test_api_key_is_sent_but_never_printed_logged_or_stored(tmp_path, monkeypatch) -> None:
+    key = "sk-live-DO-NOT-LEAK-0123456789abcdef"
+    monkeypatch.setenv("MY_KEY", key)
+    db = tmp_path / "r.db"
+    with RefServer(ttft_lo_ms=5, ttft_hi_ms=5, itl_ms=1, fault="http_400_echo") as srv:
+        res = probe(
+            url=srv.base_url,
+            model="m",
+            requests=3,
+            api_key_env="MY_KEY",
+            calibrate=False,
+            db=str(db),
+        )
+    assert res.errors and res.errors[0].error_class == "http_4xx"
+    assert "***" in res.errors[0].examples[0]  # the server echoed it back; we scrubbed it
+    from inferwise.server.render import render
+
+    outputs = [res.model_dump_json(), render("probe.md.j2", res)]
+    for text in outputs:
+        assert key not in text
+    con = sqlite3.connect(db)
+    dump = "\n".join(con.iterdump())
+    con.close()
+    assert key not in dump
+    for f in tmp_path.glob("r.db*"):
+        assert key.encode() not in f.read_bytes()
+
+
+def test_api_key_env_takes_a_name_not_a_key() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        ProbeRequest(url="http://127.0.0.1:9", api_key_env="sk-abc-123")
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "inferwise.server", "probe", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_cli_exit_codes(server, tmp_path, capsys) -> None:
+    db = str(tmp_path / "r.db")
+    ok = cli(
+        server.base_url,
+        "--requests",
+        "3",
+        "--output-tokens",
+        "3",
+        "--db",
+        db,
+        "--json",
+        "--metrics-interval-s",
+        "0",
+    )
+    assert ok.returncode == 0, ok.stderr
+    out = json.loads(ok.stdout)
+    assert out["summary"]["completed"] == 3 and out["run_id"]
+    for field in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        assert set(out["summary"][field]) >= {"mean", "p50", "p90", "p95", "p99"}
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dead = cli(f"http://127.0.0.1:{port}", "--requests", "2", "--db", db)
+    assert dead.returncode == 1
+    assert "connect_refused" in dead.stdout
+
+    from inferwise.server.cli import main
+
+    capsys.readouterr()
+    for bad in (
+        ["127.0.0.1:8000"],
+        [server.base_url, "--requests", "0"],
+        ["http://169.254.169.254/"],
+        [server.base_url, "--slo", "latency=5"],
+        [server.base_url, "--duration", "-1"],
+        [server.base_url, "--concurrency", "2", "--request-rate", "3"],
+    ):
+        assert main(["probe", *bad, "--db", db]) == 2, bad
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_keeps_finished_rows_and_marks_the_run(tmp_path, sig) -> None:
+    db = tmp_path / "r.db"
+    with RefServer(ttft_lo_ms=20, ttft_hi_ms=20, itl_ms=10) as srv:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "inferwise.server",
+                "probe",
+                srv.base_url,
+                "--requests",
+                "500",
+                "--concurrency",
+                "4",
+                "--output-tokens",
+                "20",
+                "--db",
+                str(db),
+                "--json",
+                "--metrics-interval-s",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 20
+        rows = 0
+        while time.monotonic() < deadline and rows < 8:
+            time.sleep(0.2)
+            if db.exists():
+                with sqlite3.connect(db) as con, __import__("contextlib").suppress(sqlite3.Error):
+                    rows = con.execute("select count(*) from requests").fetchone()[0]
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=20)
+    assert "Traceback" not in err
+    result = json.loads(out)
+    assert result["status"] == "interrupted"
+    store = RunStore(str(db))
+    run = store.get_run(result["run_id"])
+    kept = store.requests(result["run_id"])
+    assert run.status == "interrupted"
+    assert 8 <= len(kept) < 500
+    assert all(r.ok for r in kept)  # in-flight requests were cancelled, not stored as failures
+    assert result["summary"]["completed"] == len(kept)
