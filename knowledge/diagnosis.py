@@ -87,7 +87,9 @@ class SymptomSeen(BaseModel):
 
 
 class FactUsed(BaseModel):
-    name: str = Field(description="Dotted fact name (workload path, gpu.*, fit.*, predicted.*, derived.*, run.*).")
+    name: str = Field(
+        description="Dotted fact name (workload path, gpu.*, fit.*, predicted.*, derived.*, run.*)."
+    )
     value: float | int | str | bool
     source: Literal["measured", "stated", "derived", "computed", "catalog", "assumed"]
     note: str = ""
@@ -97,7 +99,8 @@ class DiagnoseResult(BaseModel):
     workload_name: str | None = None
     run_id: str | None = None
     symptoms: list[SymptomSeen] = Field(
-        default_factory=list, description="Symptoms stated in the workload or derived from measurement vs SLO."
+        default_factory=list,
+        description="Symptoms stated in the workload or derived from measurement vs SLO.",
     )
     hypotheses: list[Hypothesis] = Field(description="Ranked, most likely first.")
     counter_evidence: list[CounterEvidence] = Field(
@@ -145,7 +148,9 @@ def rank(a: Analysis, limit: int = 24) -> tuple[list[Hypothesis], list[CounterEv
     ranked: list[Hypothesis] = []
     against: list[CounterEvidence] = []
     order = list(HYPOTHESES)
-    for hyp in sorted(findings, key=lambda h: (-sum(f.weight for f in findings[h]), order.index(h))):
+    for hyp in sorted(
+        findings, key=lambda h: (-sum(f.weight for f in findings[h]), order.index(h))
+    ):
         fs = findings[hyp]
         score = round(sum(f.weight for f in fs), 2)
         pro = [_line(f) for f in sorted(fs, key=lambda f: -f.weight) if f.weight > 0]

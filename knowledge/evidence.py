@@ -164,8 +164,15 @@ def _run_facts(a: Analysis, run: dict[str, Any]) -> None:
     errors: dict[str, int] = s.get("errors") or {}
     for cls, n in errors.items():
         a.put(f"run.errors.{cls}", int(n), src, note)
-    a.put("run.errors.timeouts", sum(int(errors.get(c, 0)) for c in _TIMEOUT_CLASSES) or None, src, note)
-    a.put("run.errors.server", sum(int(errors.get(c, 0)) for c in _SERVER_CLASSES) or None, src, note)
+    a.put(
+        "run.errors.timeouts",
+        sum(int(errors.get(c, 0)) for c in _TIMEOUT_CLASSES) or None,
+        src,
+        note,
+    )
+    a.put(
+        "run.errors.server", sum(int(errors.get(c, 0)) for c in _SERVER_CLASSES) or None, src, note
+    )
 
     cold = s.get("cold") or {}
     warm_p50 = (s.get("ttft_ms") or {}).get("p50")
@@ -183,7 +190,11 @@ def _run_facts(a: Analysis, run: dict[str, Any]) -> None:
     def values(concept: str) -> list[float]:
         return [v for _, v in series.get(concept, [])]
 
-    waiting, running, kv = values("requests_waiting"), values("requests_running"), values("kv_cache_usage")
+    waiting, running, kv = (
+        values("requests_waiting"),
+        values("requests_running"),
+        values("kv_cache_usage"),
+    )
     if waiting:
         a.put("run.metric.requests_waiting_max", max(waiting), src, note)
         fill("queue_depth", sum(waiting) / len(waiting))
@@ -195,7 +206,10 @@ def _run_facts(a: Analysis, run: dict[str, Any]) -> None:
         fill("kv_cache_usage", max(kv))
     pre = series.get("preemptions", [])
     if len(pre) >= 2 and pre[-1][0] > pre[0][0]:
-        fill("preemptions_per_min", max(0.0, pre[-1][1] - pre[0][1]) / ((pre[-1][0] - pre[0][0]) / 60))
+        fill(
+            "preemptions_per_min",
+            max(0.0, pre[-1][1] - pre[0][1]) / ((pre[-1][0] - pre[0][0]) / 60),
+        )
     hits, queries = series.get("prefix_cache_hits", []), series.get("prefix_cache_queries", [])
     if len(hits) >= 2 and len(queries) >= 2 and queries[-1][1] > queries[0][1]:
         fill("prefix_cache_hit_rate", (hits[-1][1] - hits[0][1]) / (queries[-1][1] - queries[0][1]))
@@ -213,9 +227,13 @@ def _run_facts(a: Analysis, run: dict[str, Any]) -> None:
 
     cfg = run.get("config") or {}
     if a.value("traffic.input_tokens.p50") is None and cfg.get("input_tokens"):
-        a.put("derived.input_tokens_p50", float(cfg["input_tokens"]), src, note + " (probe setting)")
+        a.put(
+            "derived.input_tokens_p50", float(cfg["input_tokens"]), src, note + " (probe setting)"
+        )
     if a.value("traffic.output_tokens.p50") is None and cfg.get("output_tokens"):
-        a.put("derived.output_tokens_p50", float(cfg["output_tokens"]), src, note + " (probe setting)")
+        a.put(
+            "derived.output_tokens_p50", float(cfg["output_tokens"]), src, note + " (probe setting)"
+        )
 
 
 # --------------------------------------------------------------------------- derived
@@ -253,7 +271,11 @@ def _lengths(a: Analysis) -> None:
         None,
     )
     if p50 is not None:
-        a.put("derived.input_tokens_p50", p50, a.facts.get("derived.input_tokens_p50", Fact(0, "stated")).source)
+        a.put(
+            "derived.input_tokens_p50",
+            p50,
+            a.facts.get("derived.input_tokens_p50", Fact(0, "stated")).source,
+        )
     if p95 is not None:
         a.put("derived.input_tokens_p95", p95, "stated")
     elif p50 is not None:
@@ -278,8 +300,14 @@ def _deployment_derived(a: Analysis) -> None:
     if dep.replicas is not None:
         a.put("derived.replicas", dep.replicas, "stated")
     if dep.router is not None:
-        a.put("derived.router_locality_blind", dep.router in ("round_robin", "least_loaded"), "stated")
-        a.put("derived.router_locality_aware", dep.router in ("prefix_aware", "session_sticky"), "stated")
+        a.put(
+            "derived.router_locality_blind", dep.router in ("round_robin", "least_loaded"), "stated"
+        )
+        a.put(
+            "derived.router_locality_aware",
+            dep.router in ("prefix_aware", "session_sticky"),
+            "stated",
+        )
     gpu, note = gpu_info(dep.gpu)
     if note:
         a.assumptions.append(note)
@@ -308,7 +336,10 @@ def _observation_derived(a: Analysis) -> None:
     cap = a.value("deployment.max_num_seqs")
     if c is not None and cap:
         a.put("derived.running_below_seq_cap", c < 0.9 * cap, "derived")
-    shared, hit = a.value("traffic.shared_prefix_fraction"), a.value("observations.prefix_cache_hit_rate")
+    shared, hit = (
+        a.value("traffic.shared_prefix_fraction"),
+        a.value("observations.prefix_cache_hit_rate"),
+    )
     if shared is not None and hit is not None and shared >= 0.2:
         a.put("derived.prefix_hit_gap", shared - hit, "derived")
     rps, rate = a.value("observations.requests_per_s"), a.value("traffic.arrival_rate_rps")
@@ -349,8 +380,17 @@ def _calculator_facts(a: Analysis) -> None:
     a.notes.extend(fit.notes)
     if fit.result:
         r = fit.result
+        answer = r.get("answer") or {}
         a.put("fit.fits", r.get("fits"), "computed")
-        a.put("fit.max_concurrency", r.get("max_concurrency"), "computed")
+        if answer.get("max_concurrency_at_context") is not None:
+            a.put(
+                "fit.max_concurrency",
+                answer["max_concurrency_at_context"],
+                "computed",
+                f"whole requests of {answer.get('context_tokens')} tokens",
+            )
+        else:
+            a.put("fit.max_concurrency", r.get("max_concurrency"), "computed", "at max_model_len")
         a.put("fit.kv_cache_tokens", r.get("kv_cache_tokens"), "computed")
         per = r.get("per_gpu") or {}
         if per.get("weights_gib") and per.get("usable_gib"):
@@ -408,7 +448,9 @@ def _symptoms(a: Analysis) -> None:
     stated = list(a.workload.symptoms or [])
     derived: dict[str, str] = {}
 
-    def judge(metric: str, label: str, high_id: str, ok_id: str, generic: tuple[float, float]) -> None:
+    def judge(
+        metric: str, label: str, high_id: str, ok_id: str, generic: tuple[float, float]
+    ) -> None:
         ratio = a.value(f"derived.{metric}_over_slo")
         if ratio is not None:
             key = a.facts[f"derived.{metric}_over_slo"].note
@@ -426,31 +468,50 @@ def _symptoms(a: Analysis) -> None:
         obs50 = _pct(a, f"observations.{metric}_ms", "p50") or obs_tail
         if pred:
             if obs50 > 2 * pred:
-                derived[high_id] = f"measured {label} p50 {obs50:.0f} ms > 2x predicted {pred:.0f} ms (no SLO given)"
+                derived[high_id] = (
+                    f"measured {label} p50 {obs50:.0f} ms > 2x predicted {pred:.0f} ms (no SLO given)"
+                )
             elif obs50 <= 1.3 * pred:
-                derived[ok_id] = f"measured {label} p50 {obs50:.0f} ms is close to predicted {pred:.0f} ms (no SLO given)"
+                derived[ok_id] = (
+                    f"measured {label} p50 {obs50:.0f} ms is close to predicted {pred:.0f} ms (no SLO given)"
+                )
             return
         high, ok = generic
         if obs_tail > high:
-            derived[high_id] = f"measured {label} tail {obs_tail:.0f} ms > {high:.0f} ms (generic interactive threshold; no SLO given)"
-            a.assumptions.append(f"No {label} SLO: judged against a generic interactive threshold of {high:.0f} ms.")
+            derived[high_id] = (
+                f"measured {label} tail {obs_tail:.0f} ms > {high:.0f} ms (generic interactive threshold; no SLO given)"
+            )
+            a.assumptions.append(
+                f"No {label} SLO: judged against a generic interactive threshold of {high:.0f} ms."
+            )
         elif obs_tail < ok:
-            derived[ok_id] = f"measured {label} tail {obs_tail:.0f} ms < {ok:.0f} ms (generic threshold; no SLO given)"
+            derived[ok_id] = (
+                f"measured {label} tail {obs_tail:.0f} ms < {ok:.0f} ms (generic threshold; no SLO given)"
+            )
 
     judge("ttft", "TTFT", "ttft_high", "ttft_normal", (GENERIC_TTFT_HIGH_MS, GENERIC_TTFT_OK_MS))
     judge("itl", "ITL", "itl_high", "itl_normal", (GENERIC_ITL_HIGH_MS, GENERIC_ITL_OK_MS))
     if "itl_high" not in derived and "itl_normal" not in derived:
         judge("tpot", "TPOT", "itl_high", "itl_normal", (GENERIC_ITL_HIGH_MS, GENERIC_ITL_OK_MS))
-    over = [m for m in ("ttft", "itl", "tpot", "e2e") if (a.value(f"derived.{m}_over_slo") or 0) > 1]
+    over = [
+        m for m in ("ttft", "itl", "tpot", "e2e") if (a.value(f"derived.{m}_over_slo") or 0) > 1
+    ]
     if over:
         derived["latency_high"] = "measured " + ", ".join(m.upper() for m in over) + " above target"
     gu = a.value("observations.gpu_util")
     if gu is not None and gu < GPU_UTIL_LOW:
         derived["gpu_util_low"] = f"measured GPU utilisation {gu:.0%} < {GPU_UTIL_LOW:.0%}"
     if a.value("derived.error_over_slo"):
-        derived["errors_under_load"] = f"measured error rate {a.value('observations.error_rate'):.1%} above target"
+        derived["errors_under_load"] = (
+            f"measured error rate {a.value('observations.error_rate'):.1%} above target"
+        )
 
-    opposite = {"ttft_high": "ttft_normal", "ttft_normal": "ttft_high", "itl_high": "itl_normal", "itl_normal": "itl_high"}
+    opposite = {
+        "ttft_high": "ttft_normal",
+        "ttft_normal": "ttft_high",
+        "itl_high": "itl_normal",
+        "itl_normal": "itl_high",
+    }
     final: dict[str, SymptomBasis] = {}
     for sid, basis in derived.items():
         final[sid] = SymptomBasis(sid, "derived", basis)

@@ -40,7 +40,10 @@ def gpu_info(gpu_name: str | None) -> tuple[Any | None, str | None]:
     try:
         return get_gpu(gpu_name), None
     except InputError as exc:
-        return None, f"GPU '{gpu_name}' is not in the catalog ({exc.message}); interconnect, memory and bandwidth facts are unknown."
+        return (
+            None,
+            f"GPU '{gpu_name}' is not in the catalog ({exc.message}); interconnect, memory and bandwidth facts are unknown.",
+        )
 
 
 def model_source_url(model: str | None) -> str | None:
@@ -87,7 +90,9 @@ def deployment_kwargs(workload: Workload, **override: Any) -> dict[str, Any]:
     return out
 
 
-def _call(name: str, module: str, request_cls: str, func: str, kwargs: dict[str, Any]) -> CalcOutcome:
+def _call(
+    name: str, module: str, request_cls: str, func: str, kwargs: dict[str, Any]
+) -> CalcOutcome:
     """Build the request from the fields the calculator knows, call it, and catch what it
     reports as unanswerable. Fields the calculator does not take are dropped silently only
     because they are optional refinements (e.g. engine_version)."""
@@ -103,7 +108,9 @@ def _call(name: str, module: str, request_cls: str, func: str, kwargs: dict[str,
         cls = getattr(mod, request_cls)
         fn = getattr(mod, func)
     except (ImportError, AttributeError):
-        outcome.notes.append(f"`inferwise {name}` is not available in this build; its numbers are missing.")
+        outcome.notes.append(
+            f"`inferwise {name}` is not available in this build; its numbers are missing."
+        )
         return outcome
     fields = getattr(cls, "model_fields", {})
     args = {k: v for k, v in kwargs.items() if k in fields}
@@ -132,7 +139,9 @@ def can_size(workload: Workload) -> str | None:
     return f"deployment.{' and deployment.'.join(missing)}" if missing else None
 
 
-def run_fit(workload: Workload, context_tokens: int | None, concurrency: int | None, **override: Any) -> CalcOutcome:
+def run_fit(
+    workload: Workload, context_tokens: int | None, concurrency: int | None, **override: Any
+) -> CalcOutcome:
     kwargs = deployment_kwargs(workload, **override)
     if context_tokens:
         kwargs["context_tokens"] = int(context_tokens)
@@ -156,10 +165,14 @@ def run_predict(
         kwargs["concurrency"] = max(1, int(round(concurrency)))
     elif request_rate is not None:
         kwargs["request_rate"] = request_rate
-    return _call("predict", "inferwise.calculators.predict", "PredictRequest", "predict_performance", kwargs)
+    return _call(
+        "predict", "inferwise.calculators.predict", "PredictRequest", "predict_performance", kwargs
+    )
 
 
-def run_budget(workload: Workload, input_tokens: float, output_tokens: float, **override: Any) -> CalcOutcome:
+def run_budget(
+    workload: Workload, input_tokens: float, output_tokens: float, **override: Any
+) -> CalcOutcome:
     """The latency budget for the workload's SLOs; the SLO keys are mapped onto whatever
     field names the budget calculator exposes (``<metric>_p95_ms`` style or nested)."""
     kwargs = deployment_kwargs(workload, **override)
@@ -175,11 +188,17 @@ def run_budget(workload: Workload, input_tokens: float, output_tokens: float, **
             pct = getattr(slo, metric)
             if pct is None:
                 continue
-            values = {k: getattr(pct, k) for k in ("p50", "p90", "p95", "p99") if getattr(pct, k) is not None}
+            values = {
+                k: getattr(pct, k)
+                for k in ("p50", "p90", "p95", "p99")
+                if getattr(pct, k) is not None
+            }
             base = metric.removesuffix("_ms")
             kwargs[f"{base}_ms"] = values
             kwargs[f"slo_{base}_ms"] = values
             for k, v in values.items():
                 kwargs[f"{base}_{k}_ms"] = v
                 kwargs[f"slo_{base}_{k}_ms"] = v
-    return _call("budget", "inferwise.calculators.budget", "BudgetRequest", "decompose_budget", kwargs)
+    return _call(
+        "budget", "inferwise.calculators.budget", "BudgetRequest", "decompose_budget", kwargs
+    )

@@ -140,7 +140,9 @@ class WorkloadDeployment(_Strict):
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
-    enforce_eager: bool | None = Field(default=None, description="CUDA graphs disabled (vLLM --enforce-eager).")
+    enforce_eager: bool | None = Field(
+        default=None, description="CUDA graphs disabled (vLLM --enforce-eager)."
+    )
     replicas: int | None = Field(default=None, ge=0)
     router: Literal[ROUTERS] | None = Field(  # type: ignore[valid-type]
         default=None, description="How requests are spread over replicas."
