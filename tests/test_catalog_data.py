@@ -178,3 +178,34 @@ def test_memory_totals_match_the_readings_they_cite() -> None:
         else:
             assert "see notes" in comment or "not read" in comment, line
     assert checked >= 20
+
+
+def _dense_params(cfg: dict) -> int:
+    """Parameters of a Llama-style decoder (llama, mistral, qwen2) from its config."""
+    h, layers, inter = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads", heads)
+    hd = cfg.get("head_dim") or h // heads
+    qkv_bias = (heads + 2 * kv) * hd if cfg["model_type"] == "qwen2" else 0
+    per_layer = h * heads * hd + 2 * h * kv * hd + heads * hd * h + qkv_bias + 3 * h * inter + 2 * h
+    embed = cfg["vocab_size"] * h
+    lm_head = 0 if cfg.get("tie_word_embeddings", False) else embed
+    return embed + lm_head + layers * per_layer + h
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        m
+        for m in MODELS
+        if m.checkpoint_bytes
+        and m.config.get("model_type") in ("llama", "mistral", "qwen2")
+        and "quantization_config" not in m.config
+    ],
+    ids=lambda m: m.hf_id,
+)
+def test_checkpoint_bytes_agree_with_the_config(model) -> None:
+    """A bf16 checkpoint holds 2 bytes per parameter: a checkpoint_bytes figure
+    attributed to the wrong model would miss by far more than 0.1 %."""
+    assert model.config["torch_dtype"] == "bfloat16"
+    assert model.checkpoint_bytes == pytest.approx(2 * _dense_params(model.config), rel=1e-3)
