@@ -7,19 +7,23 @@ document to the shared vocabulary, so diagnosis can point from a hypothesis id
 to the document that explains it and the tests can prove every hypothesis is
 covered.
 
-Search is SQLite FTS5 with bm25 ranking over id, title, tags, summary and body.
+Search is an SQLite FTS5 index over id, title, tags, summary and body, ranked
+by BM25F (see the search section below).
 The whole corpus is a few hundred kilobytes, so the index is built in memory
 on first use (tens of milliseconds) rather than cached on disk: nothing can go
 stale and nothing is written to the user's machine.
 
-Only the stdlib and pydantic are imported at module level; sqlite-utils is
-imported when the index is first built, so the MCP server starts fast.
+Only the stdlib and pydantic are imported at module level, so the MCP server
+starts fast; the index is built on the first search.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import re
+import sqlite3
+import threading
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -232,7 +236,7 @@ def get_document(doc_id: str) -> Document:
         return docs[key]
     closest = difflib.get_close_matches(key, list(docs), n=3, cutoff=0.5)
     if not closest:
-        words = _fts_query(key.replace("-", " ").replace("_", " "))
+        words = _query_words(key.replace("-", " ").replace("_", " "))
         closest = [h["id"] for h in _ranked(words, 3)] if words else []
     hint = ", ".join(closest) if closest else "none; try `kb search`"
     raise InputError("id", f"unknown document {doc_id!r}; closest: {hint}", ", ".join(docs))
@@ -244,6 +248,13 @@ def show(req: ShowRequest) -> Document:
 
 # ---------------------------------------------------------------------------
 # search
+#
+# FTS5 holds the index (tokenizing, porter stemming, the term vocabulary and
+# snippets). Ranking is BM25F computed from FTS5's own vocabulary table rather
+# than FTS5's built-in bm25(): with a corpus of a few dozen documents, FTS5
+# clamps the IDF of any word found in more than half the documents to ~0, so a
+# query like "which engine should I use" would rank by noise. The Lucene IDF
+# used here, ln(1 + (N - n + 0.5) / (n + 0.5)), stays positive.
 
 _STOPWORDS = frozenset(
     [
@@ -287,74 +298,155 @@ _STOPWORDS = frozenset(
         "those",
         "can",
         "should",
+        "would",
+        "could",
+        "will",
+        "use",
+        "using",
+        "used",
+        "need",
+        "want",
+        "get",
+        "make",
+        "there",
+        "if",
+        "about",
+        "into",
+        "than",
+        "then",
+        "so",
+        "very",
+        "also",
+        "just",
     ]
 )
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
+_COLUMNS = ("id_words", "title", "tags", "summary", "body")
+_WEIGHTS = (8.0, 6.0, 3.0, 3.0, 1.0)
+"""Field weights in the order of _COLUMNS: a word in the title counts six body occurrences."""
+_K1, _B = 1.2, 0.75
+_IDF_FLOOR = 0.2
+"""Words found in nearly every document (\"engine\", \"latency\") still count a little, so a
+title match on them can decide between otherwise equal documents."""
+
+
+def _query_words(text: str) -> list[str]:
+    """Word characters only, lower-cased, stopwords dropped (unless nothing else is left).
+
+    Users type things like `TTFT "high"`, `kv-cache`, `C++` or `NEAR(`; FTS5 would
+    read quotes, hyphens and keywords as syntax, so only words survive."""
+    words = [w.lower() for w in _WORD_RE.findall(text)]
+    kept = [w for w in words if w not in _STOPWORDS] or words
+    return list(dict.fromkeys(kept))[:32]
 
 
 def _fts_query(text: str) -> str:
-    """Turn free text into a safe FTS5 expression.
+    """A safe FTS5 MATCH expression: every word quoted as a literal, OR-ed."""
+    return " OR ".join(f'"{w}"' for w in _query_words(text))
 
-    Users type things like `TTFT "high"`, `kv-cache`, `C++` or `NEAR(`; FTS5 would
-    read quotes, hyphens and keywords as syntax. Only word characters survive,
-    each word is quoted as a literal, and the words are OR-ed so bm25 ranks
-    documents by how many and how rare the matched words are."""
-    words = [w.lower() for w in _WORD_RE.findall(text)]
-    kept = [w for w in words if w not in _STOPWORDS] or words
-    unique = list(dict.fromkeys(kept))[:32]
-    return " OR ".join(f'"{w}"' for w in unique)
+
+def _plain(markdown: str) -> str:
+    """Markdown to indexable text, so snippets carry only the match highlighting."""
+    text = re.sub(r"[`*|>#]+", " ", markdown)
+    return re.sub(r"[ \t]+", " ", text)
 
 
 @dataclass
 class _Index:
-    db: Any
-    """A sqlite_utils.Database holding table ``docs`` and its FTS5 table ``docs_fts``."""
+    conn: sqlite3.Connection
+    lock: threading.Lock
+    ids: dict[int, str]
+    """rowid -> document id"""
+    postings: dict[str, dict[int, float]]
+    """stemmed term -> rowid -> field-weighted term frequency"""
+    doc_freq: dict[str, int]
+    lengths: dict[int, float]
+    """rowid -> field-weighted document length"""
+    avg_length: float
 
 
 @lru_cache(maxsize=1)
 def _index() -> _Index:
-    import sqlite_utils
+    """Build the in-memory FTS5 index and the BM25F statistics (about 50 ms for the corpus).
 
-    db = sqlite_utils.Database(memory=True)
-    rows = [
-        {
-            "id": d.id,
-            "id_words": d.id.replace("-", " "),
-            "title": d.title,
-            "tags": " ".join(d.tags),
-            "summary": d.summary,
-            "body": d.body_markdown,
-        }
-        for d in _corpus().values()
-    ]
-    db["docs"].insert_all(rows, pk="id")
-    db["docs"].enable_fts(
-        ["id_words", "title", "tags", "summary", "body"], tokenize="porter unicode61"
+    Plain sqlite3 rather than sqlite-utils: the index needs two statements, and
+    importing sqlite-utils costs ~250 ms, which a stdio MCP server would pay on
+    its first search."""
+    # The MCP server may call from worker threads: one connection, guarded by a lock.
+    conn = sqlite3.connect(":memory:", check_same_thread=False)
+    columns = ", ".join(_COLUMNS)
+    conn.execute(
+        f"create virtual table docs_fts using fts5(doc_id unindexed, {columns}, tokenize='porter unicode61')"
     )
-    return _Index(db)
+    conn.executemany(
+        f"insert into docs_fts(doc_id, {columns}) values (?, ?, ?, ?, ?, ?)",
+        [
+            (
+                d.id,
+                d.id.replace("-", " "),
+                d.title,
+                " ".join(d.tags),
+                d.summary,
+                _plain(d.body_markdown),
+            )
+            for d in _corpus().values()
+        ],
+    )
+    conn.execute("create virtual table docs_terms using fts5vocab(docs_fts, 'instance')")
+    # the query side goes through the same tokenizer, so query words are stemmed identically
+    conn.execute("create virtual table query_fts using fts5(q, tokenize='porter unicode61')")
+    conn.execute("create virtual table query_terms using fts5vocab(query_fts, 'row')")
+
+    ids = {rowid: doc_id for rowid, doc_id in conn.execute("select rowid, doc_id from docs_fts")}
+    postings: dict[str, dict[int, float]] = {}
+    lengths: dict[int, float] = dict.fromkeys(ids, 0.0)
+    for term, rowid, col, count in conn.execute(
+        "select term, doc, col, count(*) from docs_terms group by term, doc, col"
+    ):
+        weight = _WEIGHTS[_COLUMNS.index(col)] * count
+        per_doc = postings.setdefault(term, {})
+        per_doc[rowid] = per_doc.get(rowid, 0.0) + weight
+        lengths[rowid] += weight
+    doc_freq = {term: len(per_doc) for term, per_doc in postings.items()}
+    avg = sum(lengths.values()) / max(len(lengths), 1)
+    return _Index(conn, threading.Lock(), ids, postings, doc_freq, lengths, avg)
 
 
-# column weights for bm25, in the order given to enable_fts: id, title, tags, summary, body
-_WEIGHTS = "8.0, 6.0, 3.0, 3.0, 1.0"
+def _stemmed(index: _Index, words: list[str]) -> list[str]:
+    with index.lock:
+        index.conn.execute("delete from query_fts")
+        index.conn.execute("insert into query_fts(q) values (?)", [" ".join(words)])
+        return [t for (t,) in index.conn.execute("select term from query_terms")]
 
 
-def _ranked(fts_query: str, limit: int) -> list[dict[str, Any]]:
-    sql = f"""
-        select docs.id as id, -bm25(docs_fts, {_WEIGHTS}) as score,
-               snippet(docs_fts, 4, '**', '**', ' … ', 24) as snippet
-        from docs_fts join docs on docs.rowid = docs_fts.rowid
-        where docs_fts match ?
-        order by bm25(docs_fts, {_WEIGHTS})
-        limit ?
-    """
-    cursor = _index().db.execute(sql, [fts_query, limit])
-    cols = [c[0] for c in cursor.description]
-    return [dict(zip(cols, row, strict=True)) for row in cursor.fetchall()]
+def _ranked(words: list[str], limit: int) -> list[dict[str, Any]]:
+    """Top documents for `words` by BM25F, each with an FTS5 snippet."""
+    index = _index()
+    n_docs = len(index.ids)
+    scores: dict[int, float] = {}
+    for term in _stemmed(index, words):
+        per_doc = index.postings.get(term)
+        if not per_doc:
+            continue
+        n = index.doc_freq[term]
+        idf = max(math.log(1.0 + (n_docs - n + 0.5) / (n + 0.5)), _IDF_FLOOR)
+        for rowid, tf in per_doc.items():
+            norm = _K1 * (1.0 - _B + _B * index.lengths[rowid] / index.avg_length)
+            scores[rowid] = scores.get(rowid, 0.0) + idf * tf * (_K1 + 1.0) / (tf + norm)
+    top = sorted(scores, key=lambda r: (-scores[r], index.ids[r]))[:limit]
+    if not top:
+        return []
+    marks = ",".join("?" * len(top))
+    sql = (
+        "select rowid, snippet(docs_fts, 5, '**', '**', ' … ', 24) from docs_fts "
+        f"where docs_fts match ? and rowid in ({marks})"
+    )
+    with index.lock:
+        snippets = dict(index.conn.execute(sql, [_fts_query(" ".join(words)), *top]).fetchall())
+    return [{"id": index.ids[r], "score": scores[r], "snippet": snippets.get(r, "")} for r in top]
 
 
 def _clean_snippet(text: str) -> str:
-    """Snippets cut Markdown mid-structure; flatten it to one readable line."""
-    text = re.sub(r"^\s*[#>|-]+\s*", "", text, flags=re.MULTILINE)
     return " ".join(text.split())
 
 
@@ -368,23 +460,23 @@ def search(req: SearchRequest) -> SearchResult:
         unknown = sorted(wanted - set(known))
         if unknown:
             raise InputError("tags", f"unknown tag(s) {unknown}", ", ".join(known))
-    fts = _fts_query(req.query)
+    words = _query_words(req.query)
     hits: list[Hit] = []
-    if fts:
-        # fetch extra rows so the tag filter can still fill `limit`
-        for row in _ranked(fts, len(docs) if wanted else req.limit):
-            doc = docs[row["id"]]
-            if wanted and not wanted <= set(doc.tags):
-                continue
-            hits.append(
-                Hit(
-                    id=doc.id,
-                    title=doc.title,
-                    score=round(float(row["score"]), 3),
-                    snippet=_clean_snippet(row["snippet"] or doc.summary),
-                    tags=doc.tags,
-                )
+    # rank everything when filtering by tag, so the filter can still fill `limit`
+    for row in _ranked(words, len(docs) if wanted else req.limit) if words else []:
+        doc = docs[row["id"]]
+        if wanted and not wanted <= set(doc.tags):
+            continue
+        snippet = _clean_snippet(row["snippet"]) or doc.summary
+        hits.append(
+            Hit(
+                id=doc.id,
+                title=doc.title,
+                score=round(row["score"], 3),
+                snippet=snippet,
+                tags=doc.tags,
             )
-            if len(hits) >= req.limit:
-                break
+        )
+        if len(hits) >= req.limit:
+            break
     return SearchResult(query=req.query, hits=hits, total_documents=len(docs))
