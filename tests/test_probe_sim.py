@@ -1,0 +1,68 @@
+"""The probe against the project's simulated engine: multi-token chunks, /metrics scraping, faults."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from inferwise.probes.runner import ProbeRequest, run_probe
+from inferwise.probes.sim import SimServer
+from inferwise.probes.store import RunStore
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    monkeypatch.delenv("INFERWISE_ALLOW_HOSTS", raising=False)
+
+
+def probe(**kw):
+    return asyncio.run(run_probe(ProbeRequest(**kw)))
+
+
+def test_multi_token_chunks_split_itl_and_metrics_are_scraped(tmp_path) -> None:
+    db = str(tmp_path / "r.db")
+    with SimServer(ttft_ms=20, itl_ms=4, itl_per_seq_ms=0, tokens_per_chunk=4) as sim:
+        res = probe(
+            url=sim.base_url,
+            concurrency=2,
+            requests=8,
+            output_tokens=16,
+            db=db,
+            metrics_interval_s=0.1,
+        )
+    s = res.summary
+    assert s.completed == 8, res.errors
+    assert s.chunks.tokens_per_chunk_mean == pytest.approx(4, rel=0.05)
+    # per-token ITL is the chunk gap split over the chunk's tokens
+    assert s.itl_ms.p50 == pytest.approx(s.chunks.chunk_gap_ms.p50 / 4, rel=0.15)
+    assert s.total_output_tokens == 8 * 16 and not s.tokens_approximate
+    assert res.model == sim.config.served_model_name
+    assert res.server_metrics, res.notes
+    assert RunStore(db).metric_samples(res.run_id)
+
+
+@pytest.mark.parametrize(
+    ("fault", "error_class"),
+    [
+        ({"fault_503_rate": 1.0}, "http_5xx"),
+        ({"fault_429_rate": 1.0}, "http_429"),
+        ({"fault_cut_rate": 1.0}, "stream_cut"),
+        ({"fault_stall_rate": 1.0, "stall_s": 3.0}, "stalled"),
+    ],
+)
+def test_sim_faults_are_classified(tmp_path, fault, error_class) -> None:
+    with SimServer(ttft_ms=5, itl_ms=2, **fault) as sim:
+        res = probe(
+            url=sim.base_url,
+            model=sim.config.served_model_name,
+            requests=2,
+            output_tokens=30,
+            stall_timeout_s=0.5,
+            calibrate=False,
+            metrics_interval_s=0,
+            db=str(tmp_path / "r.db"),
+        )
+    assert res.all_failed
+    assert [e.error_class for e in res.errors] == [error_class]
