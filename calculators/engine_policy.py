@@ -101,10 +101,20 @@ class VllmRules:
     gpu_memory_utilization (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, default
     since 0.21.0: "CUDA graph memory profiling is enabled (default since
     v0.21.0)")."""
+    sampler_bytes_per_logit: float
+    """Calibrated sampler warm-up cost per logit (see SAMPLER_BYTES_PER_LOGIT)."""
     nccl_before_snapshot: bool
     """0.11+: the memory snapshot is taken after NCCL init, so NCCL buffers are
     no longer counted as non-torch growth (gpu_worker.py ``init_device``)."""
     notes: tuple[str, ...] = field(default=())
+
+
+def _sampler_era(v: tuple[int, int, int]) -> str:
+    if v < (0, 7, 0):
+        return "v0"
+    if v < (0, 8, 0):
+        return "v0_07"
+    return "v1" if v < (0, 19, 0) else "v1_019"
 
 
 def vllm_rules(version: str | None) -> VllmRules:
@@ -131,6 +141,7 @@ def vllm_rules(version: str | None) -> VllmRules:
         tokens_from_concurrency=v >= (0, 21, 0),
         cuda_graphs_in_budget=v >= (0, 21, 0),
         nccl_before_snapshot=v >= (0, 11, 0),
+        sampler_bytes_per_logit=SAMPLER_BYTES_PER_LOGIT[_sampler_era(v)],
         notes=tuple(notes),
     )
 
@@ -191,11 +202,20 @@ def vllm_default_batching(
 
 # --------------------------------------------------------------------------- profiled memory
 
-# Calibrated on tests/data/vllm_logs.toml (bench/fit_accuracy.py --calibrate
-# prints the fit). Bytes per (sequence x vocabulary entry) the V1 sampler
-# warm-up holds at its peak: fp32 logits, probabilities and the top-k/top-p
-# work buffers of ``_dummy_sampler_run``.
-SAMPLER_BYTES_PER_LOGIT = 12.0
+# Bytes per (sequence x vocabulary entry) the sampler warm-up holds at its
+# peak: fp32 logits, probabilities, top-k/top-p sort values and int64 indices,
+# logprobs (V1 ``_dummy_sampler_run``; V0's profile step samples its dummy
+# sequences with top-k/top-p too). With vLLM's serve default of 1024
+# sequences on >= 70 GiB GPUs this term dominates the activation peak for
+# large vocabularies. Calibrated on start-up logs (tests/data/vllm_logs.toml):
+#   V0 0.6:    Llama-3-8B peak 1.26 GiB at TP 1 *and* TP 2 (vllm#10511): not
+#              sharded, 256 x 128k logits                          -> ~40 B
+#   V0 0.7:    R1-Distill-Qwen-14B peak 0.19 GiB with 256 x 152k (vllm#13061) -> ~4 B
+#   V1 0.10-0.11: gemma-3-4b 9.96 GiB peak (vllm#21489), gpt-oss-120b
+#              ~8 GiB implied with 1024 x 201k (vllm#23278, #27508)  -> ~40 B
+#   V1 0.19+:  Qwen3.5 5.66 GiB peak with 1024 x 248k logits (vllm#50722),
+#              gpt-oss-20b ~1 GiB implied at 256 sequences        -> ~22 B
+SAMPLER_BYTES_PER_LOGIT = {"v0": 40.0, "v0_07": 4.0, "v1": 40.0, "v1_019": 22.0}
 # Fraction of the per-token forward working set (MLP and attention
 # intermediates at the model dtype) torch still holds at the peak; < 1
 # because torch.compile fuses and frees intermediates.
@@ -209,6 +229,7 @@ def activation_peak_bytes(
     max_num_seqs: int,
     tensor_parallel_size: int,
     v1: bool = True,
+    sampler_bytes_per_logit: float | None = None,
 ) -> int:
     """Peak torch memory of vLLM's profiling run above the weights.
 
@@ -242,11 +263,16 @@ def activation_peak_bytes(
         extra_fp32 = moe.num_experts  # router logits in fp32
     forward = tokens * ((per_token + mlp) * act_bytes + extra_fp32 * 4) * FORWARD_WORKSET_FACTOR
     reqs = min(max_num_seqs, tokens)
-    sampler = reqs * arch.vocab_size * SAMPLER_BYTES_PER_LOGIT
-    # V1: the dummy run's hidden states stay alive through the sampler run;
-    # V0 samples inside the same step, on top of the forward peak.
-    peak = max(forward, tokens * h * act_bytes + sampler) if v1 else forward + sampler
-    return int(peak)
+    per_logit = sampler_bytes_per_logit
+    if per_logit is None:
+        per_logit = SAMPLER_BYTES_PER_LOGIT["v1" if v1 else "v0"]
+    sampler = reqs * arch.vocab_size * per_logit
+    # The forward intermediates are freed before sampling; the final hidden
+    # states stay alive. The logs agree: V0's peak was the same at TP 1 and 2
+    # (the sampler, not the sharded MLP, set it) and grew with tokens only
+    # once the forward pass exceeded it (vllm#10517).
+    del v1
+    return int(max(forward, tokens * h * act_bytes + sampler))
 
 
 def non_torch_bytes(
@@ -257,8 +283,9 @@ def non_torch_bytes(
     buffers. Logged by vLLM as "non-torch forward increase memory"; typical
     values in the collected logs: ~0.1-0.3 GiB on one GPU, more with TP
     before 0.11 (NCCL init inside the measured window)."""
-    base = 0.15 * GiB
-    if tensor_parallel_size * pipeline_parallel_size > 1:
+    # V0 logged 0.25-0.35 GiB on one GPU (vllm#10517, #13061); V1 ~0.1-0.2.
+    base = (0.15 if rules.v1 else 0.3) * GiB
+    if tensor_parallel_size * pipeline_parallel_size > 1 and rules.v1:
         base += (0.15 if rules.nccl_before_snapshot else 0.6) * GiB
     return int(base)
 

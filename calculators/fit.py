@@ -224,7 +224,19 @@ def estimate_fit(req: FitRequest) -> FitResult:
     return _estimate(req, with_suggestions=True)
 
 
-def _estimate(req: FitRequest, with_suggestions: bool) -> FitResult:
+def estimate_fit_with_available(req: FitRequest, available_kv_bytes: int) -> FitResult:
+    """The fit with the KV-cache memory given instead of modelled.
+
+    vLLM logs "Available KV cache memory"; feeding that number in checks the
+    block, grouping and token rules on their own, independent of the
+    activation / non-torch memory model (used by the log regression tests).
+    """
+    return _estimate(req, with_suggestions=False, available_override=available_kv_bytes)
+
+
+def _estimate(
+    req: FitRequest, with_suggestions: bool, available_override: int | None = None
+) -> FitResult:
     from . import engine_policy as ep
     from .architecture import from_config
     from .catalog import get_gpu, load_model
@@ -286,6 +298,7 @@ def _estimate(req: FitRequest, with_suggestions: bool) -> FitResult:
     dtype_name, act_bytes = _resolve_dtype(req.dtype, arch.torch_dtype, assumptions)
     scheme = resolve_quantization(req.quantization, arch.quantization_config)
     wb = weight_bytes(arch, scheme, act_bytes, tp, pp)
+    assumptions += list(wb.notes)
     counts = count_parameters(arch)
     quantities.append(
         Quantity(
@@ -296,7 +309,8 @@ def _estimate(req: FitRequest, with_suggestions: bool) -> FitResult:
         )
     )
     if source.checkpoint_bytes:
-        diff = (wb.total_bytes - source.checkpoint_bytes) / source.checkpoint_bytes
+        on_disk = weight_bytes(arch, scheme, act_bytes, 1, 1, runtime_layout=False).total_bytes
+        diff = (on_disk - source.checkpoint_bytes) / source.checkpoint_bytes
         quantities.append(
             Quantity(
                 name="checkpoint_bytes",
@@ -306,7 +320,7 @@ def _estimate(req: FitRequest, with_suggestions: bool) -> FitResult:
         )
         if abs(diff) > 0.03:
             warnings.append(
-                f"computed weights ({wb.total_bytes / GiB:.2f} GiB) differ from the checkpoint "
+                f"computed weights ({on_disk / GiB:.2f} GiB) differ from the checkpoint "
                 f"({source.checkpoint_bytes / GiB:.2f} GiB) by {diff:+.1%}; extra tensors (e.g. MTP layers) "
                 "or a different format"
             )
@@ -376,7 +390,9 @@ def _estimate(req: FitRequest, with_suggestions: bool) -> FitResult:
 
     # ------------------------------------------------------------ memory per stage
     usable = total * req.gpu_memory_utilization
-    act_last = ep.activation_peak_bytes(arch, act_bytes, mnbt, max_num_seqs, tp, rules.v1)
+    act_last = ep.activation_peak_bytes(
+        arch, act_bytes, mnbt, max_num_seqs, tp, rules.v1, rules.sampler_bytes_per_logit
+    )
     act_other = ep.activation_peak_bytes(arch, act_bytes, mnbt, 0, tp, rules.v1)
     non_torch = ep.non_torch_bytes(rules, tp, pp)
     stages = kvb.layers_per_stage
@@ -389,6 +405,8 @@ def _estimate(req: FitRequest, with_suggestions: bool) -> FitResult:
         act = act_last if s == pp - 1 else act_other
         acts.append(act)
         avail.append(int(usable - wb.per_stage_bytes[s] - act - non_torch - charged_graphs))
+    if available_override is not None:
+        avail = [available_override] * pp
     quantities += [
         Quantity(
             name="activation_gib",

@@ -280,14 +280,32 @@ def _per_rank_params(p: _Part, arch: ModelArchitecture, tp: int) -> float:
     return p.params / arch.vocab_size * padded / tp
 
 
+def _mxfp4_padding(arch: ModelArchitecture) -> float:
+    """vLLM's MXFP4 MoE kernels on Ampere/Hopper (Marlin, triton) pad expert
+    matrices: hidden size to a multiple of 256 and the expert intermediate
+    size to a multiple of 128 (vllm/model_executor/layers/quantization/mxfp4.py).
+    With gpt-oss (2880 -> 3072 and 2944) this reproduces the logged "Model
+    loading took" within 0.5 % (65.97 GiB for gpt-oss-120b, vllm#23278;
+    13.72 GiB for gpt-oss-20b, myoceane.fr), where the unpadded checkpoint is
+    7 % smaller."""
+    if arch.moe is None:
+        return 1.0
+    h, i = arch.hidden_size, arch.moe.moe_intermediate_size
+    return (-(-h // 256) * 256 / h) * (-(-i // 128) * 128 / i)
+
+
 def weight_bytes(
     arch: ModelArchitecture,
     scheme: QuantScheme,
     dtype_bytes: float,
     tensor_parallel_size: int = 1,
     pipeline_parallel_size: int = 1,
+    runtime_layout: bool = True,
 ) -> WeightBytes:
     """Bytes of weights in memory, whole model and per GPU.
+
+    ``runtime_layout`` applies the engine's in-memory padding (MXFP4 experts);
+    False gives the checkpoint's own size.
 
     Quantizable linears use ``scheme.bytes_per_param`` unless the scheme
     skips them (ignore lists, experts-only formats); everything else is
@@ -301,6 +319,14 @@ def weight_bytes(
             stage_of[i] = s
     by = dict.fromkeys(CATEGORIES, 0.0)
     per_stage = [0.0] * pp
+    notes: list[str] = list(scheme.notes)
+    expert_pad = 1.0
+    if scheme.method == "mxfp4" and runtime_layout:
+        expert_pad = _mxfp4_padding(arch)
+        if expert_pad > 1.0:
+            notes.append(
+                f"MXFP4 expert matrices padded by the engine's MoE kernel (+{expert_pad - 1:.1%} expert memory)"
+            )
     q_params = u_params = 0
     for p in _parts(arch):
         quantized = (
@@ -310,6 +336,8 @@ def weight_bytes(
             and not scheme.skips(p.module)
         )
         bpp = scheme.bytes_per_param if quantized else dtype_bytes
+        if quantized and p.category == "routed_experts":
+            bpp *= expert_pad
         if quantized:
             q_params += p.params
         else:
@@ -326,7 +354,6 @@ def weight_bytes(
         # The last stage needs its own copy of the tied matrix for lm_head.
         emb = next(p for p in _parts(arch) if p.category == "embedding")
         per_stage[-1] += _per_rank_params(emb, arch, tp) * dtype_bytes
-    notes = list(scheme.notes)
     return WeightBytes(
         total_bytes=int(round(sum(by.values()))),
         by_category={k: int(round(v)) for k, v in by.items()},

@@ -1,0 +1,195 @@
+"""How close `inferwise fit` comes to what vLLM itself logged at start-up.
+
+Replays every case of tests/data/vllm_logs.toml and prints, per case, the
+predicted and logged figures with the relative error:
+
+* weights: computed per-GPU weights vs "Model loading took X GiB";
+* KV tokens, formula only: the KV-cache memory vLLM logged ("Available KV
+  cache memory") fed through our block/group/token rules, vs the logged
+  "GPU KV cache size" — checks the KV rules independent of the memory model;
+* available KV memory and KV tokens end to end: everything modelled (weights,
+  activation peak, non-torch, CUDA graphs), vs the logged values;
+* fit verdicts where vLLM refused to start.
+
+Then medians and the share of cases within 5 % and 10 %.
+
+    .venv/bin/python bench/fit_accuracy.py            # the table
+    .venv/bin/python bench/fit_accuracy.py --json     # machine-readable rows
+
+The replay functions are imported by tests/test_fit_logs.py.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "tests" / "data" / "vllm_logs.toml"
+GiB = 1 << 30
+
+
+def load_cases(path: Path = LOGS) -> list[dict[str, Any]]:
+    with path.open("rb") as fh:
+        return tomllib.load(fh)["case"]
+
+
+def _request(case: dict[str, Any], workdir: Path, use_logged_total: bool = True):
+    from inferwise.calculators.fit import FitRequest
+
+    model = case["model"]
+    if "config" in case:
+        folder = workdir / case["id"]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(case["config"]))
+        model = str(folder / "config.json")
+    data: dict[str, Any] = {
+        "model": model,
+        "engine": "vllm",
+        "engine_version": case["vllm_version"],
+    }
+    data.update(case.get("flags", {}))
+    if case.get("hf_overrides"):
+        data["hf_overrides"] = case["hf_overrides"]
+    if case.get("gpu"):
+        data["gpu"] = case["gpu"]
+    if use_logged_total and case.get("gpu_total_gib"):
+        data["gpu_memory_gib"] = case["gpu_total_gib"]
+    if "gpu" not in data and "gpu_memory_gib" not in data:
+        data["gpu_memory_gib"] = 80.0  # placeholder: only formula-only figures are used
+    return FitRequest.model_validate(data)
+
+
+def _err(pred: float | None, logged: float | None) -> float | None:
+    if pred is None or logged is None or logged == 0:
+        return None
+    return (pred - logged) / abs(logged)
+
+
+def replay(case: dict[str, Any]) -> dict[str, Any]:
+    """Predicted vs logged figures for one case."""
+    from inferwise.calculators.fit import estimate_fit, estimate_fit_with_available
+
+    logged = case.get("logged", {})
+    row: dict[str, Any] = {"id": case["id"], "kind": case.get("kind", []), "source": case["source"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        req = _request(case, Path(tmp))
+        full = estimate_fit(req) if (case.get("gpu") or case.get("gpu_total_gib")) else None
+        if full is not None:
+            row["weights_gib"] = (full.per_gpu.weights_gib, logged.get("weights_gib"))
+            row["available_kv_gib"] = (
+                round(
+                    full.per_gpu.kv_cache_gib
+                    if full.per_gpu.kv_cache_gib > 0
+                    else _raw_available(full),
+                    3,
+                ),
+                logged.get("available_kv_gib"),
+            )
+            row["kv_tokens_e2e"] = (full.kv_cache_tokens, logged.get("kv_tokens"))
+            row["fits"] = (full.fits, logged.get("fits"))
+            row["activation_gib"] = (full.per_gpu.activation_gib, logged.get("activation_gib"))
+        elif "weights_gib" in logged:
+            from inferwise.calculators.fit import estimate_fit as _ef
+
+            req2 = req.model_copy(update={"gpu_memory_gib": 1000.0, "gpu": None})
+            row["weights_gib"] = (_ef(req2).per_gpu.weights_gib, logged.get("weights_gib"))
+        avail = logged.get("available_kv_gib")
+        if avail is not None and avail > 0:
+            formula = estimate_fit_with_available(req, int(avail * GiB))
+            row["kv_tokens_formula"] = (formula.kv_cache_tokens, logged.get("kv_tokens"))
+            row["max_concurrency_formula"] = (
+                formula.max_concurrency,
+                logged.get("max_concurrency"),
+            )
+            if "needed_kv_gib" in logged:
+                row["fits_formula"] = (formula.fits, logged.get("fits"))
+        if "needed_kv_gib" in logged:
+            one = estimate_fit_with_available(req, 1 << 50)
+            need = _needed_gib(one)
+            row["needed_kv_gib"] = (need, logged["needed_kv_gib"])
+    return row
+
+
+def _raw_available(result) -> float:
+    """Negative KV memory (vLLM logs it) is clipped in per_gpu; rebuild it."""
+    p = result.per_gpu
+    charged = p.cuda_graph_gib if p.cuda_graph_in_budget else 0.0
+    return p.usable_gib - p.weights_gib - p.activation_gib - p.non_torch_gib - charged
+
+
+def _needed_gib(result) -> float:
+    """KV bytes one max_model_len request needs per GPU (vLLM's start-up check)."""
+    blocks_per_request = (
+        result.kv_cache_blocks / result.max_concurrency if result.max_concurrency else 0
+    )
+    page = result.block_size * result.kv_bytes_per_token
+    return round(blocks_per_request * page / GiB, 3)
+
+
+def table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    metrics = [
+        "weights_gib",
+        "kv_tokens_formula",
+        "needed_kv_gib",
+        "available_kv_gib",
+        "kv_tokens_e2e",
+        "activation_gib",
+    ]
+    lines = []
+    summary: dict[str, Any] = {}
+    for m in metrics:
+        errs = []
+        lines.append(f"\n{m}")
+        lines.append(f"  {'case':38s} {'predicted':>14s} {'logged':>14s} {'error':>8s}")
+        for r in rows:
+            if m not in r or r[m][1] is None:
+                continue
+            pred, log = r[m]
+            e = _err(pred, log)
+            if e is not None:
+                errs.append(abs(e))
+            es = f"{e:+.1%}" if e is not None else "-"
+            lines.append(f"  {r['id']:38s} {pred:>14,.2f} {log:>14,.2f} {es:>8s}")
+        if errs:
+            summary[m] = {
+                "n": len(errs),
+                "median_abs_error": statistics.median(errs),
+                "within_5pct": sum(e <= 0.05 for e in errs) / len(errs),
+                "within_10pct": sum(e <= 0.10 for e in errs) / len(errs),
+            }
+            s = summary[m]
+            lines.append(
+                f"  -> n={s['n']}  median |error| {s['median_abs_error']:.2%}  "
+                f"within 5%: {s['within_5pct']:.0%}  within 10%: {s['within_10pct']:.0%}"
+            )
+    verdicts = [(r["id"], *r["fits"]) for r in rows if "fits" in r and r["fits"][1] is not None]
+    verdicts += [(r["id"], *r["fits_formula"]) for r in rows if "fits_formula" in r]
+    if verdicts:
+        agree = sum(p == lg for _, p, lg in verdicts)
+        lines.append(f"\nfit verdicts where vLLM refused to start: {agree}/{len(verdicts)} agree")
+        for cid, p, lg in verdicts:
+            lines.append(f"  {cid:38s} predicted fits={p}  logged fits={lg}")
+        summary["verdicts"] = {"n": len(verdicts), "agree": agree}
+    return "\n".join(lines), summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    rows = [replay(c) for c in load_cases()]
+    text, summary = table(rows)
+    if "--json" in argv:
+        print(json.dumps({"rows": rows, "summary": summary}, indent=2, default=str))
+    else:
+        print(f"{len(rows)} logged vLLM start-ups from {LOGS.relative_to(ROOT)}")
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
