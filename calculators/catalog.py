@@ -175,7 +175,10 @@ def get_gpu(name: str) -> GPU:
         if key.startswith(prefix) and key[len(prefix) :] in index:
             return index[key[len(prefix) :]]
     ids = [g.id for g in _gpus()]
-    close = difflib.get_close_matches(key, list(index), n=8, cutoff=0.5)
+    # Names that extend what was typed ("h10" -> the H100s) first, then the
+    # nearest spellings.
+    close = [k for k in index if k.startswith(key)] if len(key) >= 2 else []
+    close += difflib.get_close_matches(key, list(index), n=8, cutoff=0.5)
     suggestions: list[str] = []
     for k in close:
         if index[k].id not in suggestions:
