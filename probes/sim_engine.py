@@ -353,8 +353,9 @@ class SimEngine:
                 max(self.timing.step_ms(prefill_tokens, len(decode), self.kv_used), 0.0) / 1000.0
             )
             now = loop.time()
-            if next_t < now - 0.002:
-                next_t = now  # fell behind (a busy CPU): go on from here, as a slow engine would
+            if next_t < now - 0.010:
+                # far behind (a busy CPU, a GC pause): go on from here rather than burst steps to catch up
+                next_t = now
             next_t += step_s  # an absolute schedule, so sleep overshoot does not accumulate
             delay = next_t - loop.time()
             if delay > 0:

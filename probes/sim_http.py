@@ -47,6 +47,10 @@ class SendLogEntry:
     prompt_tokens: int | None = None
     completion_tokens: int = 0
     finish_reason: str | None = None
+    admitted_s: float | None = None
+    """When the scheduler admitted the request into the running batch (queueing ends)."""
+    engine_first_token_s: float | None = None
+    """When the engine step that produced the first token ended (before the HTTP write)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +66,8 @@ class SendLogEntry:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "finish_reason": self.finish_reason,
+            "admitted_s": self.admitted_s,
+            "engine_first_token_s": self.engine_first_token_s,
         }
 
     @property
@@ -250,6 +256,8 @@ class SimApp:
                 await self._whole(send, req, seq, entry, chat, cut_after, stall_after, disconnected)
         finally:
             watcher.cancel()
+            entry.admitted_s = seq.admitted_s
+            entry.engine_first_token_s = seq.first_token_s
             if not seq.finished:
                 self.engine.cancel(seq)
 
