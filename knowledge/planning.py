@@ -554,9 +554,10 @@ def _baseline_stage(a: Analysis, url: str, leading: Hypothesis | None) -> Stage:
         "Run the product quality eval on the same deployment (the reference for every later stage).",
     ]
     if leading is not None:
+        n = len(leading.how_to_prove)
         measure += [
-            f"Prove '{leading.id}' before changing anything: {step}"
-            for step in leading.how_to_prove
+            f"Proof of '{leading.id}' ({i}/{n}, before changing anything): {step}"
+            for i, step in enumerate(leading.how_to_prove, 1)
         ]
     return Stage(
         title="Reproducible baseline" + (f" and proof of '{leading.id}'" if leading else ""),

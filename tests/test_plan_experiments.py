@@ -1,0 +1,211 @@
+"""Experiment plans: the required response format, one variable per stage, greenfield sizing,
+workload-specific acceptance, honest missing measurements, and the Markdown rendering."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from inferwise.calculators.errors import InputError
+from inferwise.knowledge.planning import PlanRequest, plan_experiments
+from inferwise.knowledge.playbooks import get_playbook
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples" / "workloads").glob("*"))
+SUPPORT = ROOT / "examples" / "workloads" / "support-chat.json"
+RAG = ROOT / "examples" / "workloads" / "rag-long-documents.toml"
+
+
+def _plan(workload, **kw):
+    spec = workload if isinstance(workload, str) else json.dumps(workload)
+    return plan_experiments(PlanRequest(workload=spec, **kw))
+
+
+@pytest.fixture(scope="module")
+def plans():
+    return {p.stem: _plan(str(p)) for p in EXAMPLES}
+
+
+def test_every_example_yields_the_full_response_format(plans):
+    for name, p in plans.items():
+        assert p.assumptions is not None and p.targets and p.baseline, name
+        assert len(p.stages) >= 3, name
+        assert p.stages[-1].title == "Combined end-to-end validation", name
+        crit = p.acceptance_criteria
+        for key in ("quality", "tail_latency", "reliability", "security", "cost"):
+            assert getattr(crit, key), (name, key)
+        assert p.facts_to_verify and all(
+            f.source_url.startswith("https://") for f in p.facts_to_verify
+        )
+        for s in p.stages:
+            assert s.change and s.measure and s.expected_tradeoffs and s.acceptance and s.rollback
+
+
+def test_stages_change_one_variable_each_least_complex_first(plans):
+    for name, p in plans.items():
+        changes = [s for s in p.stages if s.playbook]
+        assert changes, name
+        variables = [s.variable for s in changes]
+        assert len(variables) == len(set(variables)), name
+        complexities = [s.complexity for s in changes]
+        assert complexities == sorted(complexities), name
+        for s in changes:
+            assert s.variable == get_playbook(s.playbook).variable
+            flags = [k.flag for k in get_playbook(s.playbook).knobs]
+            assert any(f in s.change for f in flags), (name, s.playbook)
+            assert any(m.startswith("inferwise probe") for m in s.measure)
+            assert s.decisive_metric
+
+
+def test_diagnostic_plan_leads_with_the_diagnosed_hypothesis_and_proves_it_first():
+    p = _plan(str(SUPPORT))
+    assert p.mode == "diagnostic"
+    assert p.leading_hypothesis == "queueing" == p.hypotheses[0].id
+    baseline = p.stages[0]
+    assert baseline.variable.startswith("none")
+    assert sum("Proof of 'queueing'" in m for m in baseline.measure) == len(
+        p.hypotheses[0].how_to_prove
+    )
+    assert p.stages[1].hypothesis == "queueing"
+
+
+def test_targets_and_baseline_side_by_side_with_sources():
+    p = _plan(str(SUPPORT))
+    targets = {t.metric: t for t in p.targets}
+    base = {b.metric: b for b in p.baseline}
+    assert targets["ttft_ms.p95"].value == 800 and targets["ttft_ms.p95"].source == "slo"
+    assert base["ttft_ms.p95"].value == 6000 and base["ttft_ms.p95"].source == "measured"
+    assert targets["requests_per_s"].value == pytest.approx(60)  # 20 req/s x peak_to_mean 3
+    assert set(targets) == set(base)
+
+
+def test_acceptance_uses_the_workloads_own_numbers():
+    p = _plan(str(SUPPORT))
+    text = json.dumps(p.acceptance_criteria.model_dump())
+    for needle in (
+        "800 ms",
+        "50 ms",
+        "15,000 ms",
+        "60 req/s",
+        "0.999",
+        "40 USD/h",
+        "eu",
+        "support-eval-v3",
+        "8 GPUs",
+        "90.0 req/s",
+    ):
+        assert needle in text, needle
+    other = _plan({"slo": {"ttft_ms": {"p99": 250}}, "constraints": {"budget_usd_per_hour": 7}})
+    other_text = json.dumps(other.acceptance_criteria.model_dump())
+    assert "250 ms" in other_text and "7 USD/h" in other_text and "800 ms" not in other_text
+
+
+def test_greenfield_starts_with_sizing_then_baseline(plans):
+    p = plans["rag-long-documents"]
+    assert p.mode == "greenfield"
+    assert p.stages[0].title.startswith("Size candidate deployments")
+    assert p.stages[1].title.startswith("Reproducible baseline")
+    assert any(m.startswith("inferwise fit") for m in p.stages[0].measure)
+    assert p.sizing, "fit must have been called for the candidate GPUs"
+    gpus = {c.gpu for c in p.sizing}
+    assert gpus == {"h100-sxm-80gb", "h200-sxm-141gb"}
+    # 32B bf16 on one 80 GB GPU leaves no room for 28k-token requests; on H200 it fits
+    h100_tp1 = next(c for c in p.sizing if c.gpu == "h100-sxm-80gb" and c.tensor_parallel_size == 1)
+    h200_tp1 = next(
+        c for c in p.sizing if c.gpu == "h200-sxm-141gb" and c.tensor_parallel_size == 1
+    )
+    assert h100_tp1.fits is False and h200_tp1.fits is True
+    assert any("computed" in a for a in p.assumptions)
+    missing = {m.field for m in p.missing_measurements}
+    assert {"observations.ttft_ms", "observations.itl_ms"} <= missing
+    for b in p.baseline:
+        assert b.source in ("computed", "missing")  # nothing measured is invented
+
+
+def test_absent_fields_are_named_never_invented():
+    p = _plan({"name": "bare", "deployment": {"model": "Qwen/Qwen3-8B", "gpu": "l40s"}})
+    missing = {m.field: m for m in p.missing_measurements}
+    for field in (
+        "traffic.arrival_rate_rps",
+        "traffic.input_tokens",
+        "traffic.output_tokens",
+        "slo.ttft_ms",
+        "product.quality_floor",
+    ):
+        assert field in missing, field
+        assert missing[field].how_to_measure and missing[field].why
+    assert "inferwise probe" in missing["observations.ttft_ms"].how_to_measure
+    assert not [b for b in p.baseline if b.value is not None]
+    assert any("No latency SLO" in line for line in p.acceptance_criteria.tail_latency)
+    probe = next(m for m in p.stages[1].measure if m.startswith("inferwise probe"))
+    assert "<p50 prompt tokens>" in probe  # a placeholder, not a made-up length
+
+
+def test_missing_measurements_follow_the_leading_hypotheses():
+    p = _plan({"symptoms": ["itl_high", "ttft_normal"], "observations": {"itl_ms": {"p95": 90}}})
+    fields = {m.field for m in p.missing_measurements}
+    assert "observations.kv_cache_usage" in fields  # needed to confirm kv_cache_pressure
+    m = next(m for m in p.missing_measurements if m.field == "observations.kv_cache_usage")
+    assert "vllm:kv_cache_usage_perc" in m.how_to_measure
+
+
+def test_hypothesis_can_be_forced_and_must_be_known():
+    p = _plan(str(SUPPORT), hypothesis="prefix_cache_miss")
+    assert p.leading_hypothesis == "prefix_cache_miss"
+    assert any(s.hypothesis == "prefix_cache_miss" for s in p.stages[1:-1])
+    with pytest.raises(InputError) as info:
+        _plan(str(SUPPORT), hypothesis="slowness")
+    assert info.value.field == "hypothesis" and "queueing" in info.value.accepted
+
+
+def test_playbooks_already_in_place_are_not_proposed(plans):
+    p = plans["support-chat"]  # enable_prefix_caching = true
+    assert "prefix_caching" not in {s.playbook for s in p.stages}
+
+
+def test_url_goes_into_probe_commands():
+    p = _plan(str(SUPPORT), url="http://10.0.0.5:8000")
+    assert any("inferwise probe http://10.0.0.5:8000 " in m for s in p.stages for m in s.measure)
+
+
+def test_markdown_rendering_has_the_contract_order(plans):
+    from inferwise.server.render import render
+
+    for name, p in plans.items():
+        md = render("plan.md.j2", p)
+        heads = re.findall(r"^## (\d)\.", md, flags=re.M)
+        assert heads == ["1", "2", "3", "4", "5", "6"], name
+        assert "| metric | target | baseline |" in md
+        assert "### Stage 1:" in md and "Combined end-to-end validation" in md
+
+
+def test_cli_plan_json_and_markdown(capsys):
+    from inferwise.server import cli
+
+    assert cli.main(["plan", "--workload", str(SUPPORT), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in (
+        "assumptions",
+        "missing_measurements",
+        "targets",
+        "baseline",
+        "hypotheses",
+        "stages",
+        "acceptance_criteria",
+        "facts_to_verify",
+    ):
+        assert key in out
+    assert set(out["acceptance_criteria"]) == {
+        "quality",
+        "tail_latency",
+        "reliability",
+        "security",
+        "cost",
+    }
+    assert cli.main(["diagnose", "--workload", str(SUPPORT)]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("# Bottleneck diagnosis: support-chat")
+    assert "### 1. `queueing`" in md
