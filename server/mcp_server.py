@@ -16,12 +16,14 @@ server (environment variables), never by a tool argument.
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import os
 import sys
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import PydanticUndefined
 
 from inferwise.calculators.errors import InputError, OperationalError
 from inferwise.server.registry import BY_TOOL, Operation
@@ -134,8 +136,11 @@ def make_tool_function(op: Operation, strict_probe_policy: Any = None) -> Any:
     parameters = []
     annotations: dict[str, Any] = {}
     for name, info in fields.items():
-        annotation = Annotated[info.annotation, info]
+        # The parameter carries the default; the FieldInfo copy keeps description and constraints.
         default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
+        meta = copy.copy(info)
+        meta.default, meta.default_factory = PydanticUndefined, None
+        annotation = Annotated[info.annotation, meta]
         parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
         annotations[name] = annotation
     parameters.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context))
