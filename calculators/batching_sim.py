@@ -397,3 +397,64 @@ def lognormal_lengths(
     if max_tokens is not None:
         x = np.minimum(x, max_tokens)
     return x
+
+
+@dataclass
+class LoadStats:
+    """What a benchmark client would report for a simulated run.
+
+    For a closed loop (fixed concurrency) the first and last ``concurrency``
+    requests are the ramp-up and ramp-down, not the load being asked about,
+    so they are left out, and throughput follows Little's law
+    (``concurrency / mean end-to-end latency``). Open-loop and offline runs
+    use every request and the wall-clock duration, as benchmark_serving does.
+    """
+
+    ttft_ms: Any
+    itl_ms: Any
+    tpot_ms: Any
+    e2e_ms: Any
+    queue_ms: Any
+    requests_per_s: float
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+    completed: int
+
+
+def load_stats(res: SimResult, concurrency: int | None = None) -> LoadStats:
+    import numpy as np
+
+    n = len(res.e2e_ms)
+    done = ~np.isnan(res.e2e_ms)
+    mask = done.copy()
+    closed = bool(concurrency) and n >= 3 * int(concurrency or 0)
+    if closed:
+        idx = np.arange(n)
+        mask &= (idx >= concurrency) & (idx < n - concurrency)
+    e2e = res.e2e_ms[mask]
+    if closed and len(e2e) and e2e.mean() > 0:
+        rps = float(concurrency) / (float(e2e.mean()) / 1e3)
+        out_per_req = float(res.output_tokens[mask].mean())
+        in_per_req = float(res.input_tokens[mask].mean())
+        out_tps = rps * out_per_req
+        total_tps = rps * (out_per_req + in_per_req)
+    else:
+        seconds = res.duration_ms / 1e3
+        rps = res.completed / seconds if seconds > 0 else 0.0
+        out_tps = float(res.output_tokens[done].sum()) / seconds if seconds > 0 else 0.0
+        total_tps = (
+            float(res.output_tokens[done].sum() + res.input_tokens[done].sum()) / seconds
+            if seconds > 0
+            else 0.0
+        )
+    return LoadStats(
+        ttft_ms=res.ttft_ms[mask],
+        itl_ms=res.itl_ms,
+        tpot_ms=res.tpot_ms[mask & ~np.isnan(res.tpot_ms)],
+        e2e_ms=e2e,
+        queue_ms=res.queue_ms[mask],
+        requests_per_s=rps,
+        output_tokens_per_s=out_tps,
+        total_tokens_per_s=total_tps,
+        completed=int(done.sum()),
+    )

@@ -23,6 +23,7 @@ EFFICIENCY_FILE = Path(__file__).parent / "data" / "efficiency.toml"
 
 _KEYS = (
     "compute_fraction",
+    "moe_compute_fraction",
     "bandwidth_fraction",
     "step_overhead_ms",
     "per_seq_overhead_ms",
@@ -76,5 +77,165 @@ def load_efficiency(gpu: Any, engine: str = "vllm") -> Efficiency:
         allreduce_latency_us=float(latency.get(gpu.interconnect, latency.get("pcie", 40.0))),
         link_fraction=float(merged["link_fraction"]),
         eager_overhead_factor=float(merged.get("eager_overhead_factor", 3.0)),
+        moe_compute_fraction=float(
+            merged.get("moe_compute_fraction") or merged["compute_fraction"]
+        ),
         source=f"data/efficiency.toml [{', '.join(used)}]: {merged.get('source', '')}",
     )
+
+
+# --------------------------------------------------------------------------- measurements
+
+DEPLOYMENT_KEYS = (
+    "model",
+    "gpu",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "quantization",
+    "kv_cache_dtype",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+)
+
+
+def load_measurements(path: str | Path) -> list[dict[str, Any]]:
+    """The ``[[measurement]]`` entries of a measurements TOML file."""
+    with Path(path).open("rb") as fh:
+        return list(tomllib.load(fh).get("measurement", []))
+
+
+def measurement_deployment(m: dict[str, Any]) -> Any:
+    """The Deployment a measurement was taken on (engines other than vLLM/SGLang,
+    e.g. TensorRT-LLM, use vLLM's memory policy and their own efficiency table)."""
+    from .deployment import Deployment
+
+    fields = {k: m[k] for k in DEPLOYMENT_KEYS if k in m}
+    engine = m.get("engine", "vllm")
+    fields["engine"] = engine if engine in ("vllm", "sglang") else "vllm"
+    return Deployment(**fields)
+
+
+def simulate_measurement(
+    m: dict[str, Any], efficiency: Efficiency | None = None
+) -> dict[str, float]:
+    """Predicted value of every metric a measurement reports."""
+    import numpy as np
+
+    from .batching_sim import load_stats, poisson_arrivals_ms, simulate
+    from .catalog import get_gpu
+    from .roofline import StepModel
+
+    dep = measurement_deployment(m)
+    if efficiency is None:
+        efficiency = load_efficiency(get_gpu(m["gpu"]), m.get("engine", "vllm"))
+    model = StepModel.from_deployment(dep, efficiency)
+    load = m.get("load", "offline")
+    n = int(m.get("num_prompts", 100))
+    concurrency = int(m["concurrency"]) if load == "concurrency" else None
+    if concurrency:
+        n = max(n, 10 * concurrency)
+    inp = np.full(n, int(m["input_tokens"]))
+    out = np.full(n, int(m["output_tokens"]))
+    if load == "rate":
+        arr = poisson_arrivals_ms(n, float(m["request_rate"]), seed=0)
+        res = simulate(model, inp, out, arrival_ms=arr)
+    else:
+        res = simulate(model, inp, out, concurrency=concurrency)
+    stats = load_stats(res, concurrency)
+    return {name: metric_value(stats, name) for name in m["values"]}
+
+
+def metric_value(stats: Any, name: str) -> float:
+    """One named metric (``ttft_ms.p50``, ``total_tokens_per_s``...) of a simulated load."""
+    import numpy as np
+
+    if name in ("output_tokens_per_s", "requests_per_s", "total_tokens_per_s"):
+        return float(getattr(stats, name))
+    metric, _, stat = name.partition(".")
+    values = getattr(stats, metric)
+    values = values[~np.isnan(values)]
+    if not len(values):
+        return float("nan")
+    if stat == "mean":
+        return float(values.mean())
+    return float(np.percentile(values, float(stat.lstrip("p"))))
+
+
+# --------------------------------------------------------------------------- fitting
+
+FIT_KEYS = (
+    "compute_fraction",
+    "moe_compute_fraction",
+    "bandwidth_fraction",
+    "step_overhead_ms",
+    "allreduce_latency_us",
+    "link_fraction",
+)
+_BOUNDS = {
+    "compute_fraction": (0.05, 0.95),
+    "moe_compute_fraction": (0.03, 0.95),
+    "bandwidth_fraction": (0.2, 0.95),
+    "step_overhead_ms": (0.05, 20.0),
+    "per_seq_overhead_ms": (0.0, 0.2),
+    "allreduce_latency_us": (2.0, 200.0),
+    "link_fraction": (0.1, 0.95),
+}
+
+
+def log_errors(measurements: list[dict[str, Any]], efficiency: Efficiency | None) -> list[float]:
+    """log(predicted / measured) for every value of every measurement."""
+    import math
+
+    out: list[float] = []
+    for m in measurements:
+        try:
+            pred = simulate_measurement(m, efficiency)
+        except Exception:  # an entry the model cannot run counts as a large miss
+            out.extend([math.log(4.0)] * len(m["values"]))
+            continue
+        for name, measured in m["values"].items():
+            p = pred.get(name, float("nan"))
+            out.append(math.log(p / measured) if p == p and p > 0 else math.log(4.0))
+    return out
+
+
+def fit_efficiency(
+    measurements: list[dict[str, Any]],
+    start: Efficiency,
+    keys: tuple[str, ...] = FIT_KEYS,
+    max_evaluations: int = 300,
+) -> tuple[Efficiency, float]:
+    """Fit `keys` of `start` to the measurements (least squares on log errors,
+    each error capped at a factor of 3 so one odd measurement cannot dominate).
+
+    Returns the fitted factors and the final root-mean-square log error.
+    """
+    import math
+    from dataclasses import replace
+
+    import numpy as np
+    from scipy.optimize import minimize
+
+    lo = np.array([math.log(_BOUNDS[k][0]) for k in keys])
+    hi = np.array([math.log(_BOUNDS[k][1]) for k in keys])
+
+    def unpack(x: Any) -> Efficiency:
+        vals = {
+            k: float(math.exp(min(max(v, a), b)))
+            for k, v, a, b in zip(keys, x, lo, hi, strict=True)
+        }
+        return replace(start, **vals)
+
+    def loss(x: Any) -> float:
+        errs = np.clip(np.array(log_errors(measurements, unpack(x))), -math.log(3), math.log(3))
+        return float(np.mean(errs**2))
+
+    x0 = np.array([math.log(max(getattr(start, k) or 1e-3, 1e-3)) for k in keys])
+    res = minimize(
+        loss,
+        x0,
+        method="Nelder-Mead",
+        options={"maxfev": max_evaluations, "xatol": 1e-3, "fatol": 1e-5},
+    )
+    return unpack(res.x), math.sqrt(float(res.fun))

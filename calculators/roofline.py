@@ -57,14 +57,18 @@ class ModelShape:
     attn_flops_per_pair: float
     """FLOPs per (query token, context token) pair summed over layers:
     2 x heads x (qk_dim + v_dim) x layers (QK^T and PV)."""
-    bytes_per_param: float
-    """Average stored bytes per weight (2 for bf16, ~1 for fp8, ~0.55 for 4-bit with scales)."""
+    dense_weight_bytes: float
+    """Stored bytes of the dense matmul weights (``dense_params``), quantization included."""
     kv_bytes_per_token: float
-    """KV cache bytes per token for the whole model (all layers, all KV heads)."""
+    """KV cache bytes per token summed over all layers and all tensor-parallel ranks
+    (replicated KV heads and MLA latents counted on every rank that holds them),
+    so that ``/ tp`` is what one GPU reads."""
     num_experts: int = 0
     experts_per_token: int = 0
     expert_params: float = 0.0
     """Parameters of one routed expert in one layer."""
+    expert_weight_bytes: float = 0.0
+    """Stored bytes of one routed expert in one layer."""
     moe_layers: int = 0
     lm_head_params: float = 0.0
     """Part of ``dense_params`` that only runs for sampled tokens."""
@@ -125,6 +129,9 @@ class Efficiency:
     """Achievable fraction of the link bandwidth in an all-reduce."""
     eager_overhead_factor: float = 3.0
     """Multiplier on the step overhead without CUDA graphs (--enforce-eager)."""
+    moe_compute_fraction: float | None = None
+    """Achievable fraction of peak in routed-expert GEMMs (grouped GEMMs over few
+    tokens per expert run further from peak than dense ones); None = compute_fraction."""
     source: str = ""
 
     def describe(self) -> dict[str, float]:
@@ -135,7 +142,12 @@ class Efficiency:
             "per_seq_overhead_ms": self.per_seq_overhead_ms,
             "allreduce_latency_us": self.allreduce_latency_us,
             "link_fraction": self.link_fraction,
+            "moe_compute_fraction": self.moe_fraction,
         }
+
+    @property
+    def moe_fraction(self) -> float:
+        return self.moe_compute_fraction if self.moe_compute_fraction else self.compute_fraction
 
 
 @dataclass(frozen=True)
@@ -189,21 +201,22 @@ class StepModel:
         tp = self.tensor_parallel_size
         tokens = prefill_tokens + decode_seqs
         # FLOPs: matmuls for every token (LM head only for sampled ones) + attention.
-        body_params = s.active_params - s.lm_head_params
+        expert_params = s.moe_layers * s.experts_per_token * s.expert_params
+        body_params = s.active_params - s.lm_head_params - expert_params
         flops = 2.0 * body_params * tokens + 2.0 * s.lm_head_params * sampled
         # Decode attention: one (query, key) pair per cached token read.
         flops = flops + s.attn_flops_per_pair * (pairs + kv_tokens)
-        compute_ms = flops / tp / (hw.peak_tflops * 1e12 * e.compute_fraction) * 1e3
+        expert_flops = 2.0 * expert_params * tokens
+        peak = hw.peak_tflops * 1e12 * tp
+        compute_ms = (flops / e.compute_fraction + expert_flops / e.moe_fraction) / peak * 1e3
+        flops = flops + expert_flops
         # Bytes: weights (dense + touched experts) + KV of the whole batch, split over TP.
-        weight_params = s.dense_params
+        weight_bytes = s.dense_weight_bytes
         if s.num_experts:
-            weight_params = (
-                weight_params + s.moe_layers * s.expected_experts_touched(tokens) * s.expert_params
-            )
+            touched = s.expected_experts_touched(tokens)
+            weight_bytes = weight_bytes + s.moe_layers * touched * s.expert_weight_bytes
         kv_per_gpu = s.kv_bytes_per_token / tp
-        if s.num_kv_heads and s.num_kv_heads < tp:  # KV heads replicated, not split
-            kv_per_gpu = s.kv_bytes_per_token / s.num_kv_heads
-        nbytes = weight_params * s.bytes_per_param / tp + kv_tokens * kv_per_gpu
+        nbytes = weight_bytes / tp + kv_tokens * kv_per_gpu
         memory_ms = nbytes / (hw.bandwidth_gb_per_s * 1e9 * e.bandwidth_fraction) * 1e3
         # Tensor parallel: two all-reduces per layer of tokens x hidden activations (ring).
         comm_ms = 0.0 * tokens
@@ -320,7 +333,7 @@ def dense_shape(
         hidden_size=hidden_size,
         dense_params=params - embed,
         attn_flops_per_pair=2.0 * num_heads * 2 * head_dim * num_layers,
-        bytes_per_param=bytes_per_param,
+        dense_weight_bytes=(params - embed) * bytes_per_param,
         kv_bytes_per_token=2 * num_layers * num_kv_heads * head_dim * kv_bytes_per_element,
         lm_head_params=embed,
         num_kv_heads=num_kv_heads,
@@ -328,79 +341,77 @@ def dense_shape(
 
 
 def shape_from_architecture(
-    arch: Any, name: str, bytes_per_param: float, kv_bytes_per_token: float
+    arch: Any, name: str, scheme: Any, dtype_bytes: float, kv_bytes_per_token: float
 ) -> ModelShape:
-    """Split a normalised architecture into the parts the step time depends on.
+    """Split a model into the parts the step time depends on.
 
-    The split (dense vs routed-expert parameters, LM head) is what the
-    roofline needs and a total count does not give: decode reads only the
-    experts the batch touches, and the LM head runs only for sampled tokens.
+    Parameter counts and stored bytes per component come from the params
+    calculator (the same numbers the memory fit uses). The split matters
+    because decode reads only the routed experts the batch touches, the LM
+    head runs only for sampled tokens, and embeddings are looked up rather
+    than multiplied.
     """
-    h, n_layers = arch.hidden_size, arch.num_layers
-    q, kv = arch.num_attention_heads, arch.num_kv_heads
+    from .params import count_parameters, weight_bytes
+
+    counts = count_parameters(arch)
+    wb = weight_bytes(arch, scheme, dtype_bytes, 1, 1).by_category
+    h = arch.hidden_size
+    lm_head = float(counts.lm_head or arch.vocab_size * h)
+    lm_head_bytes = wb["lm_head"] if counts.lm_head else wb["embedding"]
+    dense = counts.attention + counts.dense_mlp + counts.shared_experts + counts.router + lm_head
+    dense_bytes = (
+        wb["attention"] + wb["dense_mlp"] + wb["shared_experts"] + wb["router"] + lm_head_bytes
+    )
     mla = arch.mla
+    q = arch.num_attention_heads
     if mla is not None:
-        qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        q_proj = (
-            h * arch.num_attention_heads * qk
-            if mla.q_lora_rank is None
-            else (h * mla.q_lora_rank + mla.q_lora_rank * q * qk)
-        )
-        attn = (
-            q_proj
-            + h * (mla.kv_lora_rank + mla.qk_rope_head_dim)
-            + mla.kv_lora_rank * q * (mla.qk_nope_head_dim + mla.v_head_dim)
-            + q * mla.v_head_dim * h
-        )
-        pair_flops = 2.0 * q * (qk + mla.v_head_dim)
+        pair_flops = 2.0 * q * (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim)
     else:
-        attn = h * arch.q_size * 2 + 2 * h * kv * arch.head_dim
         pair_flops = 2.0 * q * 2 * arch.head_dim
     moe = arch.moe
     moe_layers = len(moe.moe_layers) if moe is not None else 0
-    dense_mlp = 3 * h * arch.intermediate_size * (n_layers - moe_layers)
-    shared = router = expert = 0.0
-    if moe is not None:
-        expert = 3.0 * h * moe.moe_intermediate_size
-        shared = 3.0 * h * moe.shared_expert_intermediate_size * moe_layers
-        router = h * moe.num_experts * moe_layers
-    lm_head = float(arch.vocab_size * h)
-    dense = attn * n_layers + dense_mlp + shared + router + lm_head
+    expert = expert_bytes = 0.0
+    if moe is not None and counts.routed_experts:
+        expert = counts.routed_experts / (moe.num_experts * moe_layers)
+        expert_bytes = wb["routed_experts"] / (moe.num_experts * moe_layers)
     return ModelShape(
         name=name,
-        num_layers=n_layers,
+        num_layers=arch.num_layers,
         hidden_size=h,
         dense_params=float(dense),
-        attn_flops_per_pair=pair_flops * n_layers,
-        bytes_per_param=bytes_per_param,
+        attn_flops_per_pair=pair_flops * arch.num_layers,
+        dense_weight_bytes=float(dense_bytes),
         kv_bytes_per_token=kv_bytes_per_token,
         num_experts=moe.num_experts if moe else 0,
         experts_per_token=moe.experts_per_token if moe else 0,
         expert_params=expert,
+        expert_weight_bytes=expert_bytes,
         moe_layers=moe_layers,
         lm_head_params=lm_head,
-        num_kv_heads=0 if mla is not None else kv,
+        num_kv_heads=0 if mla is not None else arch.num_kv_heads,
     )
 
 
-_FP8_METHODS = {"fp8", "fbgemm_fp8", "modelopt", "compressed-tensors-fp8", "ptpc_fp8", "w8a8_fp8"}
-_INT8_METHODS = {"w8a8_int8", "smoothquant", "int8"}
-
-
-def compute_dtype(quantization: str | None, gpu: Any) -> tuple[str, str]:
+def compute_dtype(scheme: Any, gpu: Any) -> tuple[str, str]:
     """The tensor-core dtype the matmuls run in, and why.
 
     W8A8 FP8 checkpoints run FP8 GEMMs where the GPU has FP8 units; weight-only
-    4-bit methods (AWQ, GPTQ, bitsandbytes) dequantize to 16-bit for the GEMM,
-    so their FLOP rate stays BF16 while their bytes shrink.
+    formats (AWQ, GPTQ, MXFP4 on Hopper, bitsandbytes, FP8 on Ampere via
+    Marlin) dequantize to 16-bit for the GEMM, so their FLOP rate stays BF16
+    while their bytes shrink.
     """
-    q = (quantization or "").lower()
-    if q in _FP8_METHODS and "fp8" in gpu.dense_tflops:
-        return "fp8", "FP8 weights and activations run FP8 tensor-core GEMMs"
-    if q in _INT8_METHODS and "int8" in gpu.dense_tflops:
-        return "int8", "W8A8 INT8 runs INT8 tensor-core GEMMs"
-    if q:
-        return "bf16", f"{q}: GEMMs assumed at BF16 rate (weight-only or dequantizing kernels)"
+    method = scheme.method
+    desc = scheme.description.lower()
+    fp8 = method in ("fp8", "modelopt", "fbgemm_fp8", "ptpc_fp8") or (
+        method == "compressed-tensors" and "fp8" in desc
+    )
+    int8 = method in ("int8", "w8a8_int8") or (method == "compressed-tensors" and "int8" in desc)
+    if fp8 and "fp8" in gpu.dense_tflops:
+        return "fp8", f"{method}: FP8 weights and activations run FP8 tensor-core GEMMs"
+    if int8 and "int8" in gpu.dense_tflops and not scheme.experts_only:
+        return "int8", f"{method}: W8A8 INT8 GEMMs"
+    if scheme.is_quantized:
+        return "bf16", f"{method}: GEMMs at the BF16 rate (weights dequantized in the kernel)"
     return "bf16", "BF16/FP16 GEMMs"
 
 
@@ -409,6 +420,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
     from .calibration import load_efficiency
     from .catalog import get_gpu, load_model
     from .errors import InputError
+    from .quantization import DTYPE_BYTES, resolve_quantization
 
     if dep.gpu is None:
         raise InputError(
@@ -420,12 +432,12 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
     gpu = get_gpu(dep.gpu)
     source = load_model(dep.model)
     arch = from_config(source.config)
-    cap = _capacity(dep, source, arch, gpu)
-    quant = cap["quantization"]
-    dtype_key, why = compute_dtype(quant, gpu)
-    shape = shape_from_architecture(
-        arch, source.hf_id, cap["bytes_per_param"], cap["kv_bytes_per_token"]
-    )
+    scheme = resolve_quantization(dep.quantization, arch.quantization_config)
+    dtype = dep.dtype if dep.dtype != "auto" else (arch.torch_dtype or "bfloat16")
+    dtype_b = DTYPE_BYTES.get(str(dtype).lower().removeprefix("torch."), 2.0)
+    cap = _capacity(dep, arch, gpu, dtype_b)
+    dtype_key, why = compute_dtype(scheme, gpu)
+    shape = shape_from_architecture(arch, source.hf_id, scheme, dtype_b, cap["kv_bytes_per_token"])
     hw = Hardware(
         name=gpu.id,
         peak_tflops=gpu.dense_tflops.get(dtype_key, gpu.dense_tflops.get("bf16", 0.0)),
@@ -439,6 +451,10 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         notes.append(
             "pipeline parallelism modelled as sequential stages (one micro-batch in flight): "
             "latency right, throughput pessimistic"
+        )
+    if arch.sliding_window:
+        notes.append(
+            "sliding-window layers counted as full attention in the step time (pessimistic)"
         )
     return StepModel(
         shape=shape,
@@ -454,49 +470,80 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
     )
 
 
-def _capacity(dep: Deployment, source: Any, arch: Any, gpu: Any) -> dict[str, Any]:
-    """KV capacity, weight bytes and engine limits, from the fit calculator."""
-    from .fit import FitRequest, estimate_fit
-
-    fields = {k: getattr(dep, k) for k in type(dep).model_fields if k in FitRequest.model_fields}
-    fit = estimate_fit(FitRequest(**fields))
-    return _capacity_from_fit(dep, fit, arch)
-
-
-def _capacity_from_fit(dep: Deployment, fit: Any, arch: Any) -> dict[str, Any]:
-    """Translate the fit result into the numbers the step model needs."""
+def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[str, Any]:
+    """KV capacity (the fit calculator's) and KV bytes per token (all ranks)."""
     from .errors import InputError
+    from .kv_cache import kv_bytes_per_token
 
-    if not getattr(fit, "fits", True) or not getattr(fit, "kv_cache_tokens", 0):
-        raise InputError(
-            "model",
-            "the deployment does not fit in GPU memory (run `inferwise fit` for the details)",
-        )
-    tp = dep.tensor_parallel_size * dep.pipeline_parallel_size
-    weight_bytes = float(fit.per_gpu.weights_gib) * 2**30 * tp
-    total_params = _matmul_and_embed_params(arch)
-    defaults = vllm_default_limits(dep)
+    kv = kv_bytes_per_token(
+        arch,
+        dep.kv_cache_dtype,
+        dep.tensor_parallel_size,
+        dep.pipeline_parallel_size,
+        dtype_bytes,
+    )
+    try:
+        from .fit import FitRequest, estimate_fit
+    except ImportError:  # pragma: no cover - only while the fit module is being written
+        fit = None
+        tokens = _interim_capacity(dep, arch, gpu, kv.per_gpu, dtype_bytes)
+        notes = ["KV capacity estimated without the fit calculator (interim)"]
+    else:
+        fields = {
+            k: getattr(dep, k) for k in FitRequest.model_fields if k in type(dep).model_fields
+        }
+        fit = estimate_fit(FitRequest(**fields))
+        if not fit.fits or not fit.kv_cache_tokens:
+            raise InputError(
+                "model",
+                "the deployment does not fit in GPU memory (run `inferwise fit` with the same "
+                "flags for the details and suggestions)",
+            )
+        tokens = int(fit.kv_cache_tokens)
+        notes = []
+    seqs, batched = engine_limits(dep, fit, gpu)
     return {
-        "kv_cache_tokens": int(fit.kv_cache_tokens),
-        "kv_bytes_per_token": float(fit.kv_bytes_per_token),
-        "bytes_per_param": weight_bytes / total_params,
-        "quantization": getattr(fit, "quantization", None) or dep.quantization,
-        "max_num_seqs": dep.max_num_seqs or defaults[0],
-        "max_num_batched_tokens": dep.max_num_batched_tokens or defaults[1],
-        "notes": [],
+        "kv_cache_tokens": tokens,
+        "kv_bytes_per_token": float(kv.total),
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": batched,
+        "notes": notes + list(kv.notes),
     }
 
 
-def _matmul_and_embed_params(arch: Any) -> float:
-    shape = shape_from_architecture(arch, "", 1.0, 0.0)
-    embed = 0.0 if arch.tie_word_embeddings else arch.vocab_size * arch.hidden_size
-    return shape.total_params + embed
+def _interim_capacity(dep: Any, arch: Any, gpu: Any, kv_per_gpu: float, dtype_bytes: float) -> int:
+    from .params import weight_bytes
+    from .quantization import resolve_quantization
+
+    scheme = resolve_quantization(dep.quantization, arch.quantization_config)
+    wb = weight_bytes(
+        arch, scheme, dtype_bytes, dep.tensor_parallel_size, dep.pipeline_parallel_size
+    )
+    usable = gpu.memory_total_gib * 2**30 * dep.gpu_memory_utilization
+    free = usable - wb.per_gpu_bytes - 2.5 * 2**30
+    if free <= 0:
+        from .errors import InputError
+
+        raise InputError("model", "the deployment does not fit in GPU memory")
+    return int(free / kv_per_gpu)
 
 
-def vllm_default_limits(dep: Deployment) -> tuple[int, int]:
-    """vLLM V1's defaults for the OpenAI server: 1024 seqs / 8192 batched tokens on
-    >= 70 GiB GPUs, 256 / 2048 below (vllm/engine/arg_utils.py _set_default_args)."""
-    return (1024, 8192) if (dep.gpu_memory_gib or 80) >= 70 else (256, 2048)
+def engine_limits(dep: Deployment, fit: Any = None, gpu: Any = None) -> tuple[int, int]:
+    """``max_num_seqs`` and ``max_num_batched_tokens`` as the engine resolves them.
+
+    Explicit flags win, then the fit result's resolved values when it has
+    them, then vLLM's OpenAI-server defaults (``EngineArgs.get_batch_defaults``):
+    1024 sequences / 8192 tokens on GPUs with >= 70 GiB that are not A100,
+    256 / 2048 otherwise (A100 excluded on purpose, vLLM PR #17885). SGLang:
+    chunked prefill 8192 tokens.
+    """
+    seqs = dep.max_num_seqs or getattr(fit, "max_num_seqs", None)
+    batched = dep.max_num_batched_tokens or getattr(fit, "max_num_batched_tokens", None)
+    memory = float(getattr(gpu, "memory_total_gib", 0.0) or dep.gpu_memory_gib or 0.0)
+    big = memory >= 70 and "a100" not in str(getattr(gpu, "id", dep.gpu or "")).lower()
+    if dep.engine == "sglang":
+        return int(seqs or 1024), int(batched or 8192)
+    return int(seqs or (1024 if big else 256)), int(batched or (8192 if big else 2048))
 
 
 def ceil_div(a: int, b: int) -> int:

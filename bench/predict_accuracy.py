@@ -1,0 +1,172 @@
+"""How close `inferwise predict` comes to published measurements.
+
+Prints, for the calibration part and the held-back part of
+tests/data/perf_measurements.toml, every measured value next to the model's
+prediction, and the share of TTFT, ITL, end-to-end and throughput values
+within +-30 %. With --fit it first re-fits the efficiency factors on the
+calibration part only (NVIDIA + vLLM, AMD, TensorRT-LLM groups separately)
+and prints them as TOML for calculators/data/efficiency.toml.
+
+    .venv/bin/python bench/predict_accuracy.py            # error table with the stored factors
+    .venv/bin/python bench/predict_accuracy.py --fit      # fit, then the table with fitted factors
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from inferwise.calculators.calibration import (
+    fit_efficiency,
+    load_efficiency,
+    load_measurements,
+    simulate_measurement,
+)
+from inferwise.calculators.catalog import get_gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "perf_measurements.toml"
+TOLERANCE = 0.30
+
+
+def metric_class(name: str) -> str:
+    if name.startswith("ttft"):
+        return "ttft"
+    if name.startswith(("itl", "tpot")):
+        return "itl"
+    if name.startswith("e2e"):
+        return "e2e"
+    return "throughput"
+
+
+def group_of(m: dict) -> str:
+    if m.get("engine", "vllm") not in ("vllm", "sglang"):
+        return "engine." + m["engine"]
+    return "vendor.amd" if get_gpu(m["gpu"]).vendor == "amd" else "default"
+
+
+def table(
+    measurements: list[dict], factors: dict[str, object] | None = None
+) -> dict[str, list[float]]:
+    """Print one row per value; return relative errors by metric class."""
+    errors: dict[str, list[float]] = {}
+    print(f"{'measurement':52} {'metric':20} {'measured':>10} {'predicted':>10} {'error':>7}")
+    for m in measurements:
+        eff = factors.get(group_of(m)) if factors else None
+        try:
+            pred = simulate_measurement(m, eff)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            print(f"{m['id'][:52]:52} ERROR {exc}")
+            for name in m["values"]:
+                errors.setdefault(metric_class(name), []).append(math.inf)
+            continue
+        for name, measured in m["values"].items():
+            p = pred[name]
+            err = p / measured - 1 if p == p else math.inf
+            errors.setdefault(metric_class(name), []).append(err)
+            flag = "" if abs(err) <= TOLERANCE else "  *"
+            print(
+                f"{m['id'][:52]:52} {name:20} {measured:10.1f} {p:10.1f} {err * 100:+6.0f}%{flag}"
+            )
+    return errors
+
+
+def summary(label: str, errors: dict[str, list[float]]) -> None:
+    total = within = 0
+    print(f"\n{label}: share of values within +-{TOLERANCE:.0%}")
+    for cls in ("ttft", "itl", "e2e", "throughput"):
+        errs = errors.get(cls, [])
+        if not errs:
+            continue
+        ok = sum(1 for e in errs if abs(e) <= TOLERANCE)
+        finite = sorted(abs(e) for e in errs if e != math.inf)
+        med = finite[len(finite) // 2] if finite else math.inf
+        print(
+            f"  {cls:11} {ok:3d}/{len(errs):3d} = {ok / len(errs):5.0%}   median |error| {med:5.0%}"
+        )
+        total += len(errs)
+        within += ok
+    if total:
+        print(f"  {'all':11} {within:3d}/{total:3d} = {within / total:5.0%}")
+
+
+def fit(calibration: list[dict]) -> dict[str, object]:
+    """Fit each group's factors on its calibration entries."""
+    groups: dict[str, list[dict]] = {}
+    for m in calibration:
+        groups.setdefault(group_of(m), []).append(m)
+    fitted: dict[str, object] = {}
+    order = ["default"] + sorted(g for g in groups if g != "default")
+    for g in order:
+        ms = groups.get(g, [])
+        if not ms:
+            continue
+        gpu = get_gpu(ms[0]["gpu"])
+        start = load_efficiency(gpu, ms[0].get("engine", "vllm"))
+        if g != "default" and "default" in fitted:
+            base = fitted["default"]
+            start = replace(
+                start, **{k: getattr(base, k) for k in ("moe_compute_fraction", "link_fraction")}
+            )
+        if start.moe_compute_fraction is None:
+            start = replace(start, moe_compute_fraction=start.compute_fraction)
+        keys = (
+            (
+                "compute_fraction",
+                "moe_compute_fraction",
+                "bandwidth_fraction",
+                "step_overhead_ms",
+                "allreduce_latency_us",
+                "link_fraction",
+            )
+            if g == "default"
+            else (
+                "compute_fraction",
+                "bandwidth_fraction",
+                "step_overhead_ms",
+                "allreduce_latency_us",
+            )
+        )
+        t0 = time.perf_counter()
+        eff, rms = fit_efficiency(ms, start, keys)
+        fitted[g] = eff
+        print(
+            f"# [{g}] fitted on {len(ms)} calibration entries in {time.perf_counter() - t0:.0f} s, rms log error {rms:.3f}"
+        )
+        for k in keys:
+            print(
+                f"#   {k} = {getattr(eff, k):.4g}  ({gpu.interconnect} for all-reduce latency)"
+                if k == "allreduce_latency_us"
+                else f"#   {k} = {getattr(eff, k):.4g}"
+            )
+    return fitted
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--fit", action="store_true", help="re-fit the factors on the calibration part first"
+    )
+    ap.add_argument("--data", default=str(DATA))
+    args = ap.parse_args()
+    ms = load_measurements(args.data)
+    calibration = [m for m in ms if m.get("split") == "calibration"]
+    holdout = [m for m in ms if m.get("split") != "calibration"]
+    factors = fit(calibration) if args.fit else None
+    print(f"\n== calibration part ({len(calibration)} entries)")
+    e_cal = table(calibration, factors)
+    print(f"\n== held-back part ({len(holdout)} entries, never used for fitting)")
+    e_hold = table(holdout, factors)
+    summary("calibration", e_cal)
+    summary("held back", e_hold)
+    both = {k: e_cal.get(k, []) + e_hold.get(k, []) for k in set(e_cal) | set(e_hold)}
+    summary("all", both)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
