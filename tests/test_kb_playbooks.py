@@ -43,7 +43,7 @@ quality = "0"
 [[knobs]]
 engine = "vllm"
 flag = "--max-num-seqs"
-doc = "https://docs.vllm.ai/en/latest/configuration/engine_args.html"
+doc = "https://docs.vllm.ai/en/latest/configuration/engine_args/"
 """
 
 

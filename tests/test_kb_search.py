@@ -173,7 +173,7 @@ def test_cli_show_renders_document_sources_and_playbooks(capsys):
     assert main(["kb", "show", "kv-cache-prefix-caching"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# KV cache paging")
-    assert "https://docs.vllm.ai/en/latest/features/automatic_prefix_caching.html" in out
+    assert "https://docs.vllm.ai/en/latest/features/automatic_prefix_caching/" in out
     assert "`prefix_caching`" in out and "`prompt_restructuring`" in out
 
 
