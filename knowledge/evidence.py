@@ -370,9 +370,9 @@ def _calculator_facts(a: Analysis) -> None:
             a.notes.append(f"The calculators were not run: {missing} is missing.")
         return
     inp, out = _sizing_lengths(a)
-    p95_in = a.value("derived.input_tokens_p95")
-    p95_out = _tail(a, "traffic.output_tokens")
-    context = int(p95_in + (p95_out or out or 0)) if p95_in else None
+    # Requests in flight hold typical, not worst-case, contexts: size the KV question with
+    # p50 lengths (the p95 would call a healthy cache "full").
+    context = int(inp + (out or 0)) if inp else None
     concurrency = a.value("observations.concurrency") or a.value("traffic.concurrency")
 
     fit = run_fit(a.workload, context, int(concurrency) if concurrency else None)
@@ -396,8 +396,9 @@ def _calculator_facts(a: Analysis) -> None:
         if per.get("weights_gib") and per.get("usable_gib"):
             a.put("fit.weights_share", per["weights_gib"] / per["usable_gib"], "computed")
         obs_c = a.value("observations.concurrency")
-        if obs_c and r.get("max_concurrency"):
-            a.put("derived.concurrency_over_fit", obs_c / r["max_concurrency"], "derived")
+        fit_c = a.value("fit.max_concurrency")
+        if obs_c and fit_c:
+            a.put("derived.concurrency_over_fit", obs_c / fit_c, "derived")
 
     if inp is None or out is None:
         a.notes.append(
