@@ -234,7 +234,7 @@ def get_document(doc_id: str) -> Document:
     key = doc_id.strip().lower()
     if key in docs:
         return docs[key]
-    closest = difflib.get_close_matches(key, list(docs), n=3, cutoff=0.5)
+    closest = difflib.get_close_matches(key, list(docs), n=3, cutoff=0.6)
     if not closest:
         words = _query_words(key.replace("-", " ").replace("_", " "))
         closest = [h["id"] for h in _ranked(words, 3)] if words else []
@@ -325,6 +325,9 @@ _COLUMNS = ("id_words", "title", "tags", "summary", "body")
 _WEIGHTS = (8.0, 6.0, 3.0, 3.0, 1.0)
 """Field weights in the order of _COLUMNS: a word in the title counts six body occurrences."""
 _K1, _B = 1.2, 0.75
+_TOKENIZE = "\"porter unicode61 tokenchars '_'\""
+"""Porter stemming; `_` joins words so identifiers (max_num_seqs, vllm:kv_cache_usage_perc,
+hypothesis ids) are one token: they match exactly and snippets do not split them."""
 _IDF_FLOOR = 0.2
 """Words found in nearly every document (\"engine\", \"latency\") still count a little, so a
 title match on them can decide between otherwise equal documents."""
@@ -376,7 +379,7 @@ def _index() -> _Index:
     conn = sqlite3.connect(":memory:", check_same_thread=False)
     columns = ", ".join(_COLUMNS)
     conn.execute(
-        f"create virtual table docs_fts using fts5(doc_id unindexed, {columns}, tokenize='porter unicode61')"
+        f"create virtual table docs_fts using fts5(doc_id unindexed, {columns}, tokenize={_TOKENIZE})"
     )
     conn.executemany(
         f"insert into docs_fts(doc_id, {columns}) values (?, ?, ?, ?, ?, ?)",
@@ -394,7 +397,7 @@ def _index() -> _Index:
     )
     conn.execute("create virtual table docs_terms using fts5vocab(docs_fts, 'instance')")
     # the query side goes through the same tokenizer, so query words are stemmed identically
-    conn.execute("create virtual table query_fts using fts5(q, tokenize='porter unicode61')")
+    conn.execute(f"create virtual table query_fts using fts5(q, tokenize={_TOKENIZE})")
     conn.execute("create virtual table query_terms using fts5vocab(query_fts, 'row')")
 
     ids = {rowid: doc_id for rowid, doc_id in conn.execute("select rowid, doc_id from docs_fts")}
