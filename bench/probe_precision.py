@@ -66,6 +66,7 @@ def run_point(
         model="ref-model",
         concurrency=concurrency,
         requests=requests,
+        max_requests=max(1000, requests),
         input_tokens=args.input_tokens,
         output_tokens=args.output_tokens,
         store_text=True,

@@ -675,15 +675,21 @@ def _signals(stop: asyncio.Event):
                 loop.remove_signal_handler(sig)
 
 
-async def run_probe(req: ProbeRequest, progress: Progress | None = None) -> ProbeResult:
-    """Run the probe (or each point of a sweep) and return the measured summary."""
+async def run_probe(
+    req: ProbeRequest, progress: Progress | None = None, policy: Any = None
+) -> ProbeResult:
+    """Run the probe (or each point of a sweep) and return the measured summary.
+
+    `policy` (a TargetPolicy) replaces the one built from the environment and
+    `allow_hosts`: the MCP server passes its strict, operator-configured policy."""
     from inferwise.probes.client import Pool, Target, Timeouts
     from inferwise.probes.policy import TargetPolicy
     from inferwise.probes.prompts import LengthSpec, Workload, load_dataset
     from inferwise.probes.store import RunStore
 
     requests, duration_s = _check_bounds(req)
-    policy = TargetPolicy.from_environment(req.allow_hosts)
+    if policy is None:
+        policy = TargetPolicy.from_environment(req.allow_hosts)
     addrs = await asyncio.to_thread(policy.check, req.url)
     api_key = os.environ.get(req.api_key_env) or None
     secrets = [api_key] if api_key else []

@@ -353,3 +353,18 @@ def test_interrupt_keeps_finished_rows_and_marks_the_run(tmp_path, sig) -> None:
     assert 8 <= len(kept) < 500
     assert all(r.ok for r in kept)  # in-flight requests were cancelled, not stored as failures
     assert result["summary"]["completed"] == len(kept)
+
+
+def test_a_strict_policy_passed_in_wins_over_allow_hosts(server, tmp_path) -> None:
+    """What the MCP server does: its operator policy, not the caller's allow_hosts, decides."""
+    from inferwise.probes.policy import TargetPolicy
+
+    strict = TargetPolicy.from_entries(["10.0.0.0/8"], mode="strict")
+    req = ProbeRequest(
+        url=server.base_url, requests=1, allow_hosts=["127.0.0.1"], db=str(tmp_path / "r.db")
+    )
+    with pytest.raises(InputError, match="operator"):
+        asyncio.run(run_probe(req, policy=strict))
+    allowed = TargetPolicy.from_entries(["127.0.0.1"], mode="strict")
+    res = asyncio.run(run_probe(req.model_copy(update={"metrics_interval_s": 0}), policy=allowed))
+    assert res.summary.completed == 1
