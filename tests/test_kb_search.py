@@ -53,6 +53,8 @@ def _top(query: str, n: int = 1, **kw) -> list[str]:
         ("diffusion denoising steps", "serving-image-video"),
         ("high TTFT normal ITL likely cause", "symptom-cause-table"),
         ("arithmetic intensity roofline decode bandwidth", "prefill-decode-roofline"),
+        ("agent task latency many LLM calls", "agentic-workloads"),
+        ("priority scheduling policy", "batching-and-scheduling"),
     ],
 )
 def test_realistic_questions_find_the_right_document_first(query: str, expected: str):
