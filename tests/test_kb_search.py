@@ -54,7 +54,8 @@ def _top(query: str, n: int = 1, **kw) -> list[str]:
         ("high TTFT normal ITL likely cause", "symptom-cause-table"),
         ("arithmetic intensity roofline decode bandwidth", "prefill-decode-roofline"),
         ("agent task latency many LLM calls", "agentic-workloads"),
-        ("priority scheduling policy", "batching-and-scheduling"),
+        ("schedule policy longest prefix match", "batching-and-scheduling"),
+        ("priority classes shed batch traffic", "queues-overload-admission"),
     ],
 )
 def test_realistic_questions_find_the_right_document_first(query: str, expected: str):
