@@ -455,7 +455,7 @@ def _estimate(
         cuda_graph_gib=_gib(graphs),
         cuda_graph_in_budget=rules.cuda_graphs_in_budget,
         kv_cache_gib=_gib(kv_gib),
-        headroom_gib=_gib(headroom),
+        headroom_gib=_gib(max(0.0, headroom)),
     )
     if headroom < 0:
         warnings.append(
