@@ -45,8 +45,11 @@ class SimResult:
     e2e_ms: Any
     tpot_ms: Any
     """(e2e - ttft) / (output - 1); NaN for single-token outputs."""
-    itl_ms: Any
-    """Every inter-token gap of every request (ms), as a flat array."""
+    itl_values: Any
+    """Durations (ms) of the steps that emitted decode tokens ..."""
+    itl_weights: Any
+    """... and how many sequences emitted a token in each: every such token's
+    gap to the previous one is that step's duration."""
     input_tokens: Any
     output_tokens: Any
     completed: int
@@ -59,6 +62,13 @@ class SimResult:
     mean_decode_batch: float
     max_running: int
     peak_kv_tokens: int
+
+    @property
+    def itl_ms(self) -> Any:
+        """Every inter-token gap of every request, expanded (large; prefer the weighted form)."""
+        import numpy as np
+
+        return np.repeat(self.itl_values, self.itl_weights.astype(int))
 
     @property
     def output_tokens_per_s(self) -> float:
@@ -138,6 +148,7 @@ def simulate(
     reserved = 0  # prompt tokens admitted but not yet computed
     kv_used = 0  # tokens in cache (prefilling computed + decoding contexts)
 
+    lines: dict[int, tuple[float, float, float, float, float]] = {}
     itl_chunks: list[Any] = []
     itl_counts: list[Any] = []
     t = 0.0
@@ -244,15 +255,37 @@ def simulate(
             room = cap - kv_used - reserved
             k = max(1, min(k, room // d if d else k))
             kv0 = sum_ctx_base + d * tick
-            times = model.decode_step_ms_array(d, kv0 + d * np.arange(k, dtype=float))
-            ends = t + np.cumsum(times)
-            # Stop after the step during which an admissible arrival lands.
-            if arr_i < len(arrivals) and len(order) < max_seqs:
-                cut = int(np.searchsorted(ends, arrivals[arr_i], side="left")) + 1
-                if cut < k:
-                    k = cut
-                    times = times[:k]
-                    ends = ends[:k]
+            line = lines.get(d)
+            if line is None:
+                line = lines[d] = model.decode_line(d)
+            c0, c1, m0, m1, fixed = line
+            limit = arrivals[arr_i] if arr_i < len(arrivals) and len(order) < max_seqs else None
+            if k <= 48:
+                # Few steps: plain arithmetic beats numpy's per-call cost.
+                times_l: list[float] = []
+                now = t
+                kv = kv0
+                for _ in range(k):
+                    dt_s = max(c0 + c1 * kv, m0 + m1 * kv) + fixed
+                    now += dt_s
+                    times_l.append(dt_s)
+                    kv += d
+                    if limit is not None and now >= limit:
+                        break
+                k = len(times_l)
+                times = np.array(times_l)
+                end_t = now
+            else:
+                kvs = kv0 + d * np.arange(k, dtype=float)
+                times = np.maximum(c0 + c1 * kvs, m0 + m1 * kvs) + fixed
+                ends = t + np.cumsum(times)
+                if limit is not None:
+                    cut = int(np.searchsorted(ends, limit, side="left")) + 1
+                    if cut < k:
+                        k = cut
+                        times = times[:k]
+                        ends = ends[:k]
+                end_t = float(ends[-1])
             itl_chunks.append(times)
             itl_counts.append(d)
             decode_batch_sum += d * k
@@ -260,7 +293,7 @@ def simulate(
             tick += k
             kv_used += d * k
             peak_kv = max(peak_kv, kv_used + reserved)
-            t = float(ends[-1])
+            t = end_t
             while decode_heap and decode_heap[0][0] <= tick:
                 _, ver, i = heapq.heappop(decode_heap)
                 if i in decoding and version[i] == ver:
@@ -336,11 +369,10 @@ def simulate(
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (done - first) / (out - 1), np.nan)
     if itl_chunks:
-        itl = np.repeat(
-            np.concatenate(itl_chunks), np.repeat(itl_counts, [len(c) for c in itl_chunks])
-        )
+        itl_values = np.concatenate(itl_chunks)
+        itl_weights = np.repeat(np.asarray(itl_counts, dtype=float), [len(c) for c in itl_chunks])
     else:
-        itl = np.array([])
+        itl_values = itl_weights = np.array([])
     finite = done[~np.isnan(done)]
     start = float(np.nanmin(arr)) if n else 0.0
     duration = float(finite.max() - start) if len(finite) else 0.0
@@ -350,7 +382,8 @@ def simulate(
         ttft_ms=ttft,
         e2e_ms=e2e,
         tpot_ms=tpot,
-        itl_ms=itl,
+        itl_values=itl_values,
+        itl_weights=itl_weights,
         input_tokens=inp,
         output_tokens=out,
         completed=int(len(finite)),
@@ -411,7 +444,8 @@ class LoadStats:
     """
 
     ttft_ms: Any
-    itl_ms: Any
+    itl_values: Any
+    itl_weights: Any
     tpot_ms: Any
     e2e_ms: Any
     queue_ms: Any
@@ -449,7 +483,8 @@ def load_stats(res: SimResult, concurrency: int | None = None) -> LoadStats:
         )
     return LoadStats(
         ttft_ms=res.ttft_ms[mask],
-        itl_ms=res.itl_ms,
+        itl_values=res.itl_values,
+        itl_weights=res.itl_weights,
         tpot_ms=res.tpot_ms[mask & ~np.isnan(res.tpot_ms)],
         e2e_ms=e2e,
         queue_ms=res.queue_ms[mask],
@@ -458,3 +493,31 @@ def load_stats(res: SimResult, concurrency: int | None = None) -> LoadStats:
         total_tokens_per_s=total_tps,
         completed=int(done.sum()),
     )
+
+
+def weighted_summary(
+    values: Any, weights: Any, qs: tuple[float, ...] = (50, 90, 95, 99)
+) -> tuple[float, list[float]]:
+    """Mean and percentiles of a sample given as distinct values with counts
+    (the ITL of a run: step durations weighted by the tokens they emitted),
+    with numpy's default (linear) percentile definition on the expanded sample."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    keep = (w > 0) & ~np.isnan(v)
+    v, w = v[keep], w[keep]
+    if not len(v):
+        return float("nan"), [float("nan")] * len(qs)
+    order = np.argsort(v, kind="stable")
+    v, w = v[order], w[order]
+    cum = np.cumsum(w)
+    n = cum[-1]
+    out = []
+    for q in qs:
+        pos = q / 100.0 * (n - 1)  # 0-based rank in the expanded sample
+        lo = int(np.searchsorted(cum, np.floor(pos) + 1, side="left"))
+        hi = int(np.searchsorted(cum, np.ceil(pos) + 1, side="left"))
+        frac = pos - np.floor(pos)
+        out.append(float(v[lo] + (v[min(hi, len(v) - 1)] - v[lo]) * frac))
+    return float((v * w).sum() / n), out

@@ -153,6 +153,12 @@ def metric_value(stats: Any, name: str) -> float:
     if name in ("output_tokens_per_s", "requests_per_s", "total_tokens_per_s"):
         return float(getattr(stats, name))
     metric, _, stat = name.partition(".")
+    if metric == "itl_ms":
+        from .batching_sim import weighted_summary
+
+        q = 50.0 if stat == "mean" else float(stat.lstrip("p"))
+        mean, (value,) = weighted_summary(stats.itl_values, stats.itl_weights, (q,))
+        return mean if stat == "mean" else value
     values = getattr(stats, metric)
     values = values[~np.isnan(values)]
     if not len(values):

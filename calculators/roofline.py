@@ -30,7 +30,9 @@ Stdlib only at module level; ``step_ms_array`` imports numpy when called.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -280,6 +282,16 @@ class StepModel:
         c, m, comm, ov, _, _ = self._terms(0.0, float(decode_seqs), kv, 0.0, float(decode_seqs))
         return np.maximum(c, m) + comm + ov
 
+    def decode_line(self, decode_seqs: int) -> tuple[float, float, float, float, float]:
+        """Pure-decode step time as a function of KV tokens: both roofline terms
+        are linear in them, so a step takes ``max(c0 + c1*kv, m0 + m1*kv) + k``.
+        Returns (c0, c1, m0, m1, k); lets the simulator time long runs of
+        decode steps without calling the full model per step."""
+        d = float(decode_seqs)
+        c0, m0, comm, ov, _, _ = self._terms(0.0, d, 0.0, 0.0, d)
+        c1, m1, _, _, _, _ = self._terms(0.0, d, 1.0, 0.0, d)
+        return c0, c1 - c0, m0, m1 - m0, comm + ov
+
     # ------------------------------------------------------------------ conveniences
 
     def prefill_ms(self, prompt_tokens: int, context_tokens: int = 0) -> float:
@@ -310,7 +322,9 @@ class StepModel:
         a GPU without a catalog entry (the roofline needs its peak figures), or a
         deployment that does not fit.
         """
-        return _build_step_model(dep, efficiency)
+        if efficiency is not None:
+            return _build_step_model(dep, efficiency)
+        return _cached_step_model(dep.model_dump_json())
 
 
 def dense_shape(
@@ -389,6 +403,19 @@ def shape_from_architecture(
         moe_layers=moe_layers,
         lm_head_params=lm_head,
         num_kv_heads=0 if mla is not None else arch.num_kv_heads,
+    )
+
+
+@lru_cache(maxsize=64)
+def _cached_step_model(dep_json: str) -> StepModel:
+    """Step models are pure functions of the deployment; repeated questions about
+    the same deployment (an MCP session, a rate search) reuse them."""
+    from .deployment import Deployment
+
+    data = json.loads(dep_json)
+    return _build_step_model(
+        Deployment.model_validate({k: v for k, v in data.items() if k in Deployment.model_fields}),
+        None,
     )
 
 
@@ -482,25 +509,19 @@ def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[
         dep.pipeline_parallel_size,
         dtype_bytes,
     )
-    try:
-        from .fit import FitRequest, estimate_fit
-    except ImportError:  # pragma: no cover - only while the fit module is being written
-        fit = None
-        tokens = _interim_capacity(dep, arch, gpu, kv.per_gpu, dtype_bytes)
-        notes = ["KV capacity estimated without the fit calculator (interim)"]
-    else:
-        fields = {
-            k: getattr(dep, k) for k in FitRequest.model_fields if k in type(dep).model_fields
-        }
-        fit = estimate_fit(FitRequest(**fields))
-        if not fit.fits or not fit.kv_cache_tokens:
-            raise InputError(
-                "model",
-                "the deployment does not fit in GPU memory (run `inferwise fit` with the same "
-                "flags for the details and suggestions)",
-            )
-        tokens = int(fit.kv_cache_tokens)
-        notes = []
+    from .deployment import Deployment as _Deployment
+    from .fit import FitRequest
+
+    fields = {k: getattr(dep, k) for k in _Deployment.model_fields}
+    fit = _fit_without_suggestions(FitRequest(**fields))
+    if not fit.fits or not fit.kv_cache_tokens:
+        raise InputError(
+            "model",
+            "the deployment does not fit in GPU memory (run `inferwise fit` with the same "
+            "flags for the details and suggestions)",
+        )
+    tokens = int(fit.kv_cache_tokens)
+    notes: list[str] = []
     seqs, batched = engine_limits(dep, fit, gpu)
     return {
         "kv_cache_tokens": tokens,
@@ -511,21 +532,21 @@ def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[
     }
 
 
-def _interim_capacity(dep: Any, arch: Any, gpu: Any, kv_per_gpu: float, dtype_bytes: float) -> int:
-    from .params import weight_bytes
-    from .quantization import resolve_quantization
+def _fit_without_suggestions(req: Any) -> Any:
+    """The fit result without its what-if alternatives (80 % of its cost).
 
-    scheme = resolve_quantization(dep.quantization, arch.quantization_config)
-    wb = weight_bytes(
-        arch, scheme, dtype_bytes, dep.tensor_parallel_size, dep.pipeline_parallel_size
-    )
-    usable = gpu.memory_total_gib * 2**30 * dep.gpu_memory_utilization
-    free = usable - wb.per_gpu_bytes - 2.5 * 2**30
-    if free <= 0:
-        from .errors import InputError
+    Uses the fit module's internal entry point when present; the public
+    ``estimate_fit`` gives the same capacity, only slower.
+    """
+    from . import fit as fit_module
 
-        raise InputError("model", "the deployment does not fit in GPU memory")
-    return int(free / kv_per_gpu)
+    estimate = getattr(fit_module, "_estimate", None)
+    if estimate is not None:
+        try:
+            return estimate(req, with_suggestions=False)
+        except TypeError:  # signature changed: fall back to the public API
+            pass
+    return fit_module.estimate_fit(req)
 
 
 def engine_limits(dep: Deployment, fit: Any = None, gpu: Any = None) -> tuple[int, int]:

@@ -1,0 +1,456 @@
+"""Predict TTFT, ITL, TPOT, end-to-end latency and throughput of a deployment at a load.
+
+Two models combined: the per-step roofline (``roofline.StepModel``: how long
+one engine step of a given composition takes on these GPUs, with calibrated
+efficiency factors) and the continuous-batching simulation
+(``batching_sim``: how the scheduler composes those steps as requests
+arrive, queue, prefill in chunks, decode and get preempted). The simulation
+yields per-request distributions, so latencies are reported as percentile
+objects ``{mean, p50, p90, p95, p99}`` in milliseconds, the same shape as a
+probe run's ``summary`` so predicted and measured numbers compare directly.
+
+Registry entry points: :class:`PredictRequest`, :class:`PredictResult`,
+:func:`predict_performance`. Module level: stdlib, pydantic and light project
+modules only (numpy is imported by the functions that need it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .deployment import Deployment
+from .errors import InputError
+
+Bound = Literal["compute", "memory-bandwidth", "communication", "overhead"]
+PERCENTILES = (50, 90, 95, 99)
+MAX_REQUESTS = 4000
+
+
+class PredictRequest(Deployment):
+    """A deployment and the load to predict it under."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: int = Field(
+        default=1024,
+        ge=1,
+        le=2_000_000,
+        description="Prompt length per request in tokens (the median when input_tokens_p95 is given).",
+    )
+    output_tokens: int = Field(
+        default=256,
+        ge=1,
+        le=1_000_000,
+        description="Generated tokens per request (the median when output_tokens_p95 is given).",
+    )
+    input_tokens_p95: int | None = Field(
+        default=None,
+        ge=1,
+        description="95th percentile prompt length; lengths are then drawn from a lognormal fitted to the median and p95.",
+    )
+    output_tokens_p95: int | None = Field(
+        default=None,
+        ge=1,
+        description="95th percentile output length; lengths are then lognormal (median, p95).",
+    )
+    concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="Closed loop: this many requests in flight at all times (benchmark --max-concurrency).",
+    )
+    request_rate: float | None = Field(
+        default=None,
+        gt=0,
+        description="Open loop: mean arrival rate in requests per second; inf = offline, every request at once.",
+    )
+    burstiness: float = Field(
+        default=1.0,
+        gt=0,
+        le=100,
+        description="Gamma shape of inter-arrival gaps for request_rate: 1 = Poisson, < 1 burstier, > 1 smoother.",
+    )
+    num_requests: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_REQUESTS,
+        description=f"Requests to simulate; default: enough for stable percentiles (10 x concurrency, or ~60 s of arrivals), at most {MAX_REQUESTS}.",
+    )
+    seed: int = Field(
+        default=0, ge=0, description="Seed for arrivals and length draws (same seed, same answer)."
+    )
+
+    @model_validator(mode="after")
+    def _one_load(self) -> PredictRequest:
+        if self.concurrency is not None and self.request_rate is not None:
+            raise ValueError("give concurrency or request_rate, not both")
+        if self.input_tokens_p95 is not None and self.input_tokens_p95 < self.input_tokens:
+            raise ValueError("input_tokens_p95 must be >= input_tokens (the median)")
+        if self.output_tokens_p95 is not None and self.output_tokens_p95 < self.output_tokens:
+            raise ValueError("output_tokens_p95 must be >= output_tokens (the median)")
+        return self
+
+
+class Percentiles(BaseModel):
+    """A distribution over requests (tokens for ITL), milliseconds."""
+
+    mean: float
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+
+
+class Load(BaseModel):
+    mode: Literal["concurrency", "rate", "offline"]
+    concurrency: int | None = None
+    request_rate: float | None = Field(
+        default=None, description="Requests per second; null for closed-loop or offline."
+    )
+    burstiness: float | None = None
+    num_requests: int
+    input_tokens: dict[str, float] = Field(description="Simulated prompt lengths: mean, p50, p95.")
+    output_tokens: dict[str, float] = Field(description="Simulated output lengths: mean, p50, p95.")
+
+
+class StepBreakdown(BaseModel):
+    """A typical decode step at the simulated mean batch and context, and one prompt's prefill alone."""
+
+    decode_batch: float = Field(description="Mean sequences decoding per step in the simulation.")
+    decode_step_ms: float
+    compute_ms: float
+    memory_ms: float
+    communication_ms: float
+    overhead_ms: float
+    prefill_ms: float = Field(
+        description="Prefill of one median prompt on an idle engine (chunked)."
+    )
+    bound_shares: dict[str, float] = Field(
+        description="Share of modelled GPU time per bound over the run."
+    )
+
+
+class Saturation(BaseModel):
+    """Where one replica stops absorbing more load."""
+
+    max_requests_per_s: float = Field(
+        description="Highest sustainable request rate (offered load above it queues without bound)."
+    )
+    max_output_tokens_per_s: float
+    batch_at_saturation: int = Field(description="Sequences running at once at saturation.")
+    limited_by: Literal["max_num_seqs", "kv_cache"]
+    utilization: float | None = Field(
+        default=None, description="Offered request rate / max_requests_per_s (rate mode)."
+    )
+
+
+class PredictResult(BaseModel):
+    """Predicted serving performance; latencies in ms as {mean, p50, p90, p95, p99}."""
+
+    model: str
+    gpu: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    engine: str
+    load: Load
+    ttft_ms: Percentiles = Field(description="Time to first token per request (queueing included).")
+    itl_ms: Percentiles = Field(
+        description="Inter-token latency over all token gaps of all requests."
+    )
+    tpot_ms: Percentiles = Field(description="Per request: (e2e - ttft) / (output tokens - 1).")
+    e2e_ms: Percentiles = Field(
+        description="Request latency from arrival to last token, server side."
+    )
+    queue_ms: Percentiles = Field(description="Arrival to first scheduling step.")
+    output_tokens_per_s: float
+    requests_per_s: float
+    total_tokens_per_s: float
+    bound: Bound = Field(
+        description="Term that contributes most GPU time: compute, memory-bandwidth, communication or overhead."
+    )
+    step: StepBreakdown
+    saturation: Saturation
+    kv_cache_tokens: int = Field(description="KV cache capacity from the memory fit.")
+    peak_kv_cache_usage: float = Field(
+        description="Peak share of the KV cache in use during the run."
+    )
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    preemptions: int
+    factors: dict[str, float] = Field(
+        description="Efficiency factors used (calibrated, data/efficiency.toml)."
+    )
+    factors_source: str
+    assumptions: list[str]
+    warnings: list[str]
+
+
+# --------------------------------------------------------------------------- helpers shared with budget
+
+
+def percentiles(values: Any) -> Percentiles:
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    if not len(v):
+        return Percentiles(mean=math.nan, p50=math.nan, p90=math.nan, p95=math.nan, p99=math.nan)
+    p = np.percentile(v, PERCENTILES)
+    return Percentiles(
+        mean=float(v.mean()), p50=float(p[0]), p90=float(p[1]), p95=float(p[2]), p99=float(p[3])
+    )
+
+
+def weighted_percentiles(values: Any, weights: Any) -> Percentiles:
+    from .batching_sim import weighted_summary
+
+    mean, (p50, p90, p95, p99) = weighted_summary(values, weights, PERCENTILES)
+    return Percentiles(mean=mean, p50=p50, p90=p90, p95=p95, p99=p99)
+
+
+def _dist(values: Any) -> dict[str, float]:
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    return {
+        "mean": float(v.mean()),
+        "p50": float(np.percentile(v, 50)),
+        "p95": float(np.percentile(v, 95)),
+    }
+
+
+def check_lengths(req: Any, max_model_len: int | None) -> None:
+    """A request longer than the context window can never be served."""
+    if max_model_len is None:
+        return
+    longest_in = req.input_tokens_p95 or req.input_tokens
+    longest_out = req.output_tokens_p95 or req.output_tokens
+    if req.input_tokens + req.output_tokens > max_model_len:
+        raise InputError(
+            "input_tokens",
+            f"input_tokens + output_tokens = {req.input_tokens + req.output_tokens} exceeds the "
+            f"context window max_model_len {max_model_len}",
+        )
+    if longest_in + longest_out > 4 * max_model_len:
+        raise InputError(
+            "input_tokens_p95", f"p95 lengths far beyond max_model_len {max_model_len}"
+        )
+
+
+def workload_arrays(req: Any, n: int, max_len: int | None) -> tuple[Any, Any]:
+    """Per-request input and output lengths (fixed, or lognormal from p50/p95), capped to the window."""
+    import numpy as np
+
+    from .batching_sim import lognormal_lengths
+
+    inp = lognormal_lengths(req.input_tokens, req.input_tokens_p95, n, seed=req.seed + 1)
+    out = lognormal_lengths(req.output_tokens, req.output_tokens_p95, n, seed=req.seed + 2)
+    if max_len:
+        inp = np.minimum(inp, max(1, max_len - 1))
+        out = np.minimum(out, np.maximum(1, max_len - inp))
+    return inp, out
+
+
+def default_num_requests(concurrency: int | None, rate: float | None) -> int:
+    """Enough requests for stable percentiles, few enough to stay fast."""
+    if concurrency:
+        n = max(10 * concurrency, 200)
+    elif rate is not None and math.isfinite(rate):
+        n = int(max(200, min(rate * 60.0, 1000)))
+    else:
+        n = 500
+    return min(n, MAX_REQUESTS)
+
+
+def saturation_point(model: Any, mean_in: float, mean_out: float) -> Saturation:
+    """Analytical capacity: the batch the engine can hold and how fast it turns over.
+
+    At saturation the engine runs B = min(max_num_seqs, KV capacity / mean
+    context) sequences; each request costs its prefill compute plus its share
+    of B-wide decode steps, so requests/s = B / (out x t_decode(B) + B x
+    t_prefill_marginal).
+    """
+    ctx = mean_in + mean_out / 2.0
+    kv_limit = int(model.kv_capacity_tokens // max(1.0, mean_in + mean_out))
+    batch = max(1, min(model.max_num_seqs, kv_limit))
+    limited_by: Literal["max_num_seqs", "kv_cache"] = (
+        "max_num_seqs" if model.max_num_seqs <= kv_limit else "kv_cache"
+    )
+    t_dec = model.decode_ms(batch, ctx)
+    # Marginal prefill cost: the prefill steps minus the fixed per-step overhead they share with decodes.
+    chunks = max(1, math.ceil(mean_in / model.max_num_batched_tokens))
+    t_pf = max(0.0, model.prefill_ms(int(mean_in)) - chunks * model.efficiency.step_overhead_ms)
+    per_batch_ms = mean_out * t_dec + batch * t_pf
+    rps = batch / (per_batch_ms / 1e3) if per_batch_ms > 0 else math.inf
+    return Saturation(
+        max_requests_per_s=rps,
+        max_output_tokens_per_s=rps * mean_out,
+        batch_at_saturation=batch,
+        limited_by=limited_by,
+    )
+
+
+def run_load(req: Any, model: Any, n: int | None = None) -> tuple[Any, Any, Any, Any]:
+    """Simulate the request's load on `model`; returns (sim result, stats, inputs, outputs)."""
+    from .batching_sim import load_stats, poisson_arrivals_ms, simulate
+
+    rate = req.request_rate
+    conc = req.concurrency
+    if conc is None and rate is None:
+        conc = 1
+    n = n or req.num_requests or default_num_requests(conc, rate)
+    inp, out = workload_arrays(req, n, getattr(req, "max_model_len", None))
+    if conc is not None:
+        res = simulate(model, inp, out, concurrency=conc)
+        stats = load_stats(res, conc)
+    elif rate is not None and math.isinf(rate):
+        res = simulate(model, inp, out)
+        stats = load_stats(res)
+    else:
+        arr = poisson_arrivals_ms(n, float(rate), req.burstiness, seed=req.seed)
+        res = simulate(model, inp, out, arrival_ms=arr)
+        stats = load_stats(res)
+    return res, stats, inp, out
+
+
+def bound_of(
+    model: Any, res: Any, mean_in: float, mean_out: float
+) -> tuple[Bound, dict[str, float], Any]:
+    """Dominant term over a run: per request, its prefill alone plus its decode
+    steps at the simulated mean batch (each step's time shared by the batch)."""
+    batch = max(1.0, res.mean_decode_batch)
+    dec = model.breakdown(0, int(round(batch)), int(batch * (mean_in + mean_out / 2.0)))
+    chunk = max(1.0, min(mean_in, model.max_num_batched_tokens))
+    pf = model.breakdown(int(chunk), 0, 0, sampled=1)
+    per_req = dict.fromkeys(("compute", "memory-bandwidth", "communication", "overhead"), 0.0)
+    for step, weight in ((pf, mean_in / chunk), (dec, mean_out / batch)):
+        roof = "compute" if step.compute_ms >= step.memory_ms else "memory-bandwidth"
+        per_req[roof] += max(step.compute_ms, step.memory_ms) * weight
+        per_req["communication"] += step.communication_ms * weight
+        per_req["overhead"] += step.overhead_ms * weight
+    total = sum(per_req.values()) or 1.0
+    shares = {k: v / total for k, v in per_req.items()}
+    bound: Bound = max(shares, key=lambda k: shares[k])  # type: ignore[assignment]
+    return bound, shares, dec
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def predict_performance(req: PredictRequest) -> PredictResult:
+    """Simulate the deployment under the requested load; see the module docstring."""
+    import numpy as np
+
+    from .roofline import StepModel
+
+    model = StepModel.from_deployment(req)
+    check_lengths(req, req.max_model_len or _model_max_len(req))
+    assumptions: list[str] = []
+    warnings: list[str] = []
+    if req.concurrency is None and req.request_rate is None:
+        assumptions.append("no load given: concurrency 1 (one request at a time)")
+    res, stats, inp, out = run_load(req, model)
+    mean_in, mean_out = float(inp.mean()), float(out.mean())
+    bound, shares, dec = bound_of(model, res, mean_in, mean_out)
+    sat = saturation_point(model, mean_in, mean_out)
+    mode: Literal["concurrency", "rate", "offline"]
+    if req.request_rate is None:
+        mode = "concurrency"
+    elif math.isinf(req.request_rate):
+        mode = "offline"
+    else:
+        mode = "rate"
+        sat.utilization = (
+            req.request_rate / sat.max_requests_per_s if sat.max_requests_per_s else None
+        )
+        if sat.utilization is not None and sat.utilization >= 1.0:
+            warnings.append(
+                f"offered load {req.request_rate:g} req/s is at or above the saturation point "
+                f"({sat.max_requests_per_s:.3g} req/s): the queue grows for as long as the load lasts, "
+                "so TTFT and E2E percentiles depend on how long it lasts (here: "
+                f"{len(inp)} requests)"
+            )
+    if res.preemptions:
+        warnings.append(
+            f"{res.preemptions} preemptions: the KV cache ({model.kv_capacity_tokens:,} tokens) cannot "
+            "hold every running sequence; preempted requests are recomputed (longer tails)"
+        )
+    if res.rejected:
+        warnings.append(f"{res.rejected} requests longer than the whole KV cache were dropped")
+    if req.input_tokens_p95 or req.output_tokens_p95:
+        assumptions.append(
+            "lengths drawn from lognormal distributions fitted to the given median and p95"
+        )
+    else:
+        assumptions.append("every request has exactly input_tokens and output_tokens")
+    assumptions += [
+        "step time = max(compute, memory) + tensor-parallel all-reduces + per-step overhead, with the "
+        "calibrated efficiency factors listed under factors",
+        "scheduler as vLLM V1: decodes first, then chunked prefill within max_num_batched_tokens; "
+        "preemption by recompute of the newest request",
+        "no prefix-cache hits, no speculative decoding; server-side times (no network, tokenization)",
+        *model.notes,
+    ]
+    if mode == "concurrency":
+        assumptions.append(
+            "closed loop: the first and last `concurrency` requests (ramp up/down) are left out"
+        )
+    return PredictResult(
+        model=req.model,
+        gpu=model.hardware.name,
+        tensor_parallel_size=req.tensor_parallel_size,
+        pipeline_parallel_size=req.pipeline_parallel_size,
+        engine=req.engine,
+        load=Load(
+            mode=mode,
+            concurrency=req.concurrency if mode == "concurrency" else None,
+            request_rate=req.request_rate if mode == "rate" else None,
+            burstiness=req.burstiness if mode == "rate" else None,
+            num_requests=len(inp),
+            input_tokens=_dist(inp),
+            output_tokens=_dist(out),
+        ),
+        ttft_ms=percentiles(stats.ttft_ms),
+        itl_ms=weighted_percentiles(stats.itl_values, stats.itl_weights),
+        tpot_ms=percentiles(stats.tpot_ms),
+        e2e_ms=percentiles(stats.e2e_ms),
+        queue_ms=percentiles(stats.queue_ms),
+        output_tokens_per_s=stats.output_tokens_per_s,
+        requests_per_s=stats.requests_per_s,
+        total_tokens_per_s=stats.total_tokens_per_s,
+        bound=bound,
+        step=StepBreakdown(
+            decode_batch=float(res.mean_decode_batch),
+            decode_step_ms=dec.total_ms,
+            compute_ms=dec.compute_ms,
+            memory_ms=dec.memory_ms,
+            communication_ms=dec.communication_ms,
+            overhead_ms=dec.overhead_ms,
+            prefill_ms=model.prefill_ms(int(np.median(inp))),
+            bound_shares={k: round(v, 4) for k, v in shares.items()},
+        ),
+        saturation=sat,
+        kv_cache_tokens=int(model.kv_capacity_tokens),
+        peak_kv_cache_usage=min(1.0, res.peak_kv_tokens / max(1, model.kv_capacity_tokens)),
+        max_num_seqs=model.max_num_seqs,
+        max_num_batched_tokens=model.max_num_batched_tokens,
+        preemptions=int(res.preemptions),
+        factors=model.efficiency.describe(),
+        factors_source=model.efficiency.source,
+        assumptions=assumptions,
+        warnings=warnings,
+    )
+
+
+def _model_max_len(dep: Deployment) -> int | None:
+    """The model's own context window when max_model_len is not set."""
+    from .architecture import from_config
+    from .catalog import load_model
+
+    try:
+        return int(from_config(load_model(dep.model).config).max_position_embeddings)
+    except Exception:  # noqa: BLE001 - only a bound check; the step model already validated the model
+        return None
