@@ -359,6 +359,14 @@ def _observation_derived(a: Analysis) -> None:
 # --------------------------------------------------------------------------- calculators
 
 
+def _typical(dist: Any) -> float | None:
+    """A calculator distribution (dict of mean/p50/...) or plain number, as one typical value."""
+    if isinstance(dist, dict):
+        v = dist.get("p50", dist.get("mean"))
+        return float(v) if isinstance(v, (int, float)) else None
+    return float(dist) if isinstance(dist, (int, float)) else None
+
+
 def _sizing_lengths(a: Analysis) -> tuple[float | None, float | None]:
     return a.value("derived.input_tokens_p50"), a.value("derived.output_tokens_p50")
 
@@ -405,27 +413,51 @@ def _calculator_facts(a: Analysis) -> None:
             "`inferwise predict` was not run: traffic.input_tokens and traffic.output_tokens are needed."
         )
         return
-    pred = run_predict(a.workload, inp, out, concurrency=concurrency or 1)
+    rate = a.value("traffic.arrival_rate_rps")
+    if concurrency or not rate:
+        pred = run_predict(a.workload, inp, out, concurrency=concurrency or 1)
+        at = f"at concurrency {int(concurrency or 1)}"
+    else:
+        pred = run_predict(a.workload, inp, out, request_rate=rate)
+        at = f"at {rate:g} req/s"
     a.calcs["predict"] = pred
     a.notes.extend(pred.notes)
     if pred.result:
         r = pred.result
-        a.put("predicted.itl_ms", r.get("itl_ms"), "computed", f"at concurrency {concurrency or 1}")
-        a.put("predicted.ttft_ms", r.get("ttft_ms"), "computed")
-        a.put("predicted.bound", r.get("bound"), "computed")
+        for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "queue_ms"):
+            dist = r.get(metric)
+            if isinstance(dist, dict):
+                for k in ("mean", *PCTS):
+                    a.put(f"predicted.{metric}.{k}", dist.get(k), "computed", at)
+        a.put("predicted.itl_ms", _typical(r.get("itl_ms")), "computed", at)
+        a.put("predicted.ttft_ms", _typical(r.get("ttft_ms")), "computed", at)
+        a.put("predicted.bound", r.get("bound"), "computed", at)
+        a.put(
+            "predicted.decode_step_ms", (r.get("step") or {}).get("decode_step_ms"), "computed", at
+        )
+        sat = r.get("saturation") or {}
+        a.put(
+            "predicted.max_requests_per_s",
+            sat.get("max_requests_per_s"),
+            "computed",
+            "saturation, ignoring SLOs",
+        )
         obs_itl = _pct(a, "observations.itl_ms", "p50") or _pct(a, "observations.tpot_ms", "p50")
-        if obs_itl and r.get("itl_ms"):
-            a.put("derived.itl_over_predicted", obs_itl / r["itl_ms"], "derived")
+        pred_itl = a.value("predicted.itl_ms")
+        if obs_itl and pred_itl:
+            a.put("derived.itl_over_predicted", obs_itl / pred_itl, "derived")
         obs_ttft = _pct(a, "observations.ttft_ms", "p50")
-        if obs_ttft and r.get("ttft_ms"):
-            a.put("derived.ttft_over_predicted", obs_ttft / r["ttft_ms"], "derived")
+        pred_ttft = a.value("predicted.ttft_ms")
+        if obs_ttft and pred_ttft:
+            a.put("derived.ttft_over_predicted", obs_ttft / pred_ttft, "derived")
     single = run_predict(a.workload, inp, out, concurrency=1)
     a.calcs["predict_c1"] = single
-    if single.result and single.result.get("itl_ms"):
-        a.put("predicted.itl_ms_c1", single.result["itl_ms"], "computed", "at concurrency 1")
+    itl_c1 = _typical((single.result or {}).get("itl_ms"))
+    if itl_c1:
+        a.put("predicted.itl_ms_c1", itl_c1, "computed", "at concurrency 1")
         slo_itl = _tail(a, "slo.itl_ms") or _tail(a, "slo.tpot_ms")
         if slo_itl:
-            a.put("derived.itl_floor_over_slo", single.result["itl_ms"] / slo_itl, "derived")
+            a.put("derived.itl_floor_over_slo", itl_c1 / slo_itl, "derived")
 
     if a.workload.slo is not None:
         budget = run_budget(a.workload, inp, out)
@@ -436,10 +468,11 @@ def _calculator_facts(a: Analysis) -> None:
             a.put("budget.max_rate_under_slo", max_rate, "computed")
             a.put("budget.binding", budget.result.get("binding"), "computed")
             a.put("budget.feasible", budget.result.get("feasible"), "computed")
-            peak = a.value("derived.peak_rate_rps")
-            replicas = a.value("derived.replicas") or 1
-            if peak and max_rate:
-                a.put("derived.peak_over_capacity", peak / (max_rate * replicas), "derived")
+    peak = a.value("derived.peak_rate_rps")
+    replicas = a.value("derived.replicas") or 1
+    capacity = a.value("budget.max_rate_under_slo") or a.value("predicted.max_requests_per_s")
+    if peak and capacity:
+        a.put("derived.peak_over_capacity", peak / (capacity * replicas), "derived")
 
 
 # --------------------------------------------------------------------------- symptoms

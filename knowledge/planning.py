@@ -34,7 +34,7 @@ from inferwise.knowledge.diagnosis import (
     load_inputs,
     rank,
 )
-from inferwise.knowledge.evidence import Analysis, analyse
+from inferwise.knowledge.evidence import Analysis, _typical, analyse
 from inferwise.knowledge.rule_engine import load_table
 from inferwise.knowledge.vocabulary import HYPOTHESES
 from inferwise.knowledge.workload import Workload, get_path
@@ -118,6 +118,9 @@ class Candidate(BaseModel):
     predicted_ttft_ms: float | None = None
     predicted_itl_ms: float | None = None
     max_rate_under_slo: float | None = None
+    saturation_requests_per_s: float | None = Field(
+        default=None, description="Throughput ceiling from `inferwise predict`, ignoring SLOs."
+    )
     replicas_needed: int | None = None
     gpus_needed: int | None = None
     within_max_gpus: bool | None = None
@@ -145,16 +148,16 @@ class PlanResult(BaseModel):
 
 URL_PLACEHOLDER = "http://HOST:PORT"
 ENGINE_DOCS = {
-    "vllm": "https://docs.vllm.ai/en/latest/configuration/engine_args.html",
-    "sglang": "https://docs.sglang.ai/advanced_features/server_arguments.html",
+    "vllm": "https://docs.vllm.ai/en/latest/configuration/engine_args/",
+    "sglang": "https://docs.sglang.io/docs/advanced_features/server_arguments",
     "tensorrt-llm": "https://nvidia.github.io/TensorRT-LLM/",
     "tgi": "https://huggingface.co/docs/text-generation-inference/index",
     "llama.cpp": "https://github.com/ggml-org/llama.cpp/blob/master/tools/server/README.md",
     "lmdeploy": "https://lmdeploy.readthedocs.io/en/latest/",
 }
 METRICS_DOCS = {
-    "vllm": "https://docs.vllm.ai/en/latest/usage/metrics.html",
-    "sglang": "https://docs.sglang.ai/references/production_metrics.html",
+    "vllm": "https://docs.vllm.ai/en/latest/design/metrics/",
+    "sglang": "https://docs.sglang.io/docs/advanced_features/observability",
 }
 
 
@@ -246,15 +249,15 @@ def _targets_and_baseline(a: Analysis) -> tuple[list[MetricValue], list[MetricVa
                 )
             )
             continue
-        pred = a.value(f"predicted.{metric}") if metric in ("ttft_ms", "itl_ms") else None
+        pred = a.facts.get(f"predicted.{name}")
         if pred is not None:
             baseline.append(
                 MetricValue(
                     metric=name,
-                    value=float(pred),
+                    value=float(pred.value),
                     unit="ms",
                     source="computed",
-                    note="roofline prediction (mean, not a percentile); measure it",
+                    note=f"inferwise predict {pred.note}; measure it",
                 )
             )
         else:
@@ -416,8 +419,10 @@ def _sizing(a: Analysis) -> list[Candidate]:
             if inp and out:
                 pred = run_predict(wl, inp, out, concurrency=1, **over)
                 if pred.result:
-                    c.predicted_ttft_ms = pred.result.get("ttft_ms")
-                    c.predicted_itl_ms = pred.result.get("itl_ms")
+                    c.predicted_ttft_ms = _typical(pred.result.get("ttft_ms"))
+                    c.predicted_itl_ms = _typical(pred.result.get("itl_ms"))
+                    sat = (pred.result.get("saturation") or {}).get("max_requests_per_s")
+                    c.saturation_requests_per_s = float(sat) if sat else None
                 else:
                     c.notes += pred.notes
                 if wl.slo is not None:
@@ -426,11 +431,20 @@ def _sizing(a: Analysis) -> list[Candidate]:
                         c.max_rate_under_slo = bud.result.get("max_rate_under_slo")
                     else:
                         c.notes += bud.notes
-            if c.max_rate_under_slo and peak:
-                c.replicas_needed = max(1, math.ceil(peak / c.max_rate_under_slo))
+            capacity = c.max_rate_under_slo or c.saturation_requests_per_s
+            if capacity and peak:
+                c.replicas_needed = max(1, math.ceil(peak / capacity))
+                if not c.max_rate_under_slo:
+                    c.notes.append(
+                        "replicas from the saturation throughput (no SLO check): a lower bound"
+                    )
                 c.gpus_needed = c.replicas_needed * tp
                 if max_gpus is not None:
                     c.within_max_gpus = c.gpus_needed <= max_gpus
+                    if not c.within_max_gpus:
+                        c.notes.append(
+                            f"needs {c.gpus_needed} GPUs > constraints.max_gpus {max_gpus}"
+                        )
             c.notes = list(dict.fromkeys(c.notes))
             cands.append(c)
             if c.fits:
