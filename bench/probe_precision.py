@@ -54,13 +54,13 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def run_point(
+def probe_records(
     base_url: str, concurrency: int, requests: int, args: argparse.Namespace, db: str
-) -> dict:
+):
+    """The real path: `run_probe`, records read back from the run store."""
     from inferwise.probes.runner import ProbeRequest, run_probe
     from inferwise.probes.store import RunStore
 
-    slo = {"ttft_ms": args.slo_ttft_ms, "e2e_ms": args.slo_e2e_ms}
     req = ProbeRequest(
         url=base_url,
         model="ref-model",
@@ -72,12 +72,93 @@ def run_point(
         store_text=True,
         calibrate=False,
         metrics_interval_s=0,
-        slo=slo,
+        slo=_slo(args),
         db=db,
         seed=concurrency,
     )
     result = asyncio.run(run_probe(req))
-    records = RunStore(db).requests(result.run_id)
+    return RunStore(db).requests(result.run_id), result.summary
+
+
+def httpx_records(
+    base_url: str, concurrency: int, requests: int, args: argparse.Namespace, db: str
+):
+    """The baseline the issue measured: httpx.AsyncClient, stream read with aiter_lines(),
+    each line stamped as the client code sees it; same workload, same analysis."""
+    import httpx
+
+    from inferwise.probes.client import Outcome, request_body, to_record
+    from inferwise.probes.health import LoopLagSampler
+    from inferwise.probes.loadgen import closed_loop
+    from inferwise.probes.prompts import LengthSpec, Workload
+    from inferwise.probes.summary import summarize
+
+    workload = Workload(
+        input_len=LengthSpec(args.input_tokens),
+        output_len=LengthSpec(args.output_tokens),
+        seed=concurrency,
+    )
+    records = []
+
+    async def main() -> list[float]:
+        limits = httpx.Limits(
+            max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8
+        )
+        async with httpx.AsyncClient(limits=limits, timeout=120) as client:
+
+            async def send(i: int, scheduled: float | None, warmup: bool):
+                item = workload.item(i)
+                path, body = request_body(
+                    "chat", "ref-model", item.text, item.max_tokens, stream=True, ignore_eos=True
+                )
+                start = time.monotonic()
+                reads: list[tuple[float, bytes]] = []
+                first = None
+                async with client.stream(
+                    "POST",
+                    f"{base_url}/v1{path}",
+                    content=body,
+                    headers={"content-type": "application/json"},
+                ) as resp:
+                    async for line in resp.aiter_lines():
+                        t = time.monotonic()
+                        first = first or t
+                        reads.append((t, line.encode() + b"\n"))
+                headers = {k.lower(): v for k, v in resp.headers.items()}
+                out = Outcome(start, first, time.monotonic(), resp.status_code, headers, reads)
+                return to_record(
+                    out, index=i, origin=0.0, stream=True, store_text=True, prompt=item.text
+                )
+
+            async def on_record(r) -> None:
+                records.append(r)
+
+            lag = LoopLagSampler()
+            lag.start()
+            await closed_loop(
+                send,
+                on_record,
+                concurrency=concurrency,
+                first_index=0,
+                count=requests,
+                deadline=None,
+            )
+            return lag.stop()
+
+    lag = asyncio.run(main())
+    return records, summarize(records, slo=_slo(args), window_s=None, loop_lag_ms=lag)
+
+
+def _slo(args: argparse.Namespace) -> dict[str, float]:
+    return {"ttft_ms": args.slo_ttft_ms, "e2e_ms": args.slo_e2e_ms}
+
+
+def run_point(
+    base_url: str, concurrency: int, requests: int, args: argparse.Namespace, db: str
+) -> dict:
+    source = httpx_records if args.transport == "httpx" else probe_records
+    records, s = source(base_url, concurrency, requests, args, db)
+    slo = _slo(args)
     with urllib.request.urlopen(base_url + "/_log", timeout=30) as resp:
         log = {e["key"]: e for e in json.loads(resp.read())}
     ttft_err, e2e_err, itl_err, itl_abs = [], [], [], []
@@ -101,8 +182,8 @@ def run_point(
             itl_abs.append(abs(cg - sg))
         met_truth += true_ttft <= slo["ttft_ms"] and true_e2e <= slo["e2e_ms"]
         met_meas += r.ttft_ms <= slo["ttft_ms"] and r.e2e_ms <= slo["e2e_ms"]
-    s = result.summary
     return {
+        "transport": args.transport,
         "concurrency": concurrency,
         "matched_requests": n,
         "failed": s.failed,
@@ -126,7 +207,6 @@ def run_point(
             "saturated": s.client_health.saturated,
             "loop_lag_p99_ms": s.client_health.loop_lag_ms.p99,
         },
-        "run_id": result.run_id,
     }
 
 
@@ -144,6 +224,12 @@ def main() -> int:
     ap.add_argument("--slo-e2e-ms", type=float, default=600)
     ap.add_argument(
         "--no-pin", action="store_true", help="do not pin server and client to separate cores"
+    )
+    ap.add_argument(
+        "--transport",
+        choices=["probe", "httpx"],
+        default="probe",
+        help="probe: inferwise's own client (run_probe); httpx: AsyncClient + aiter_lines baseline",
     )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -165,7 +251,7 @@ def main() -> int:
         if not line.startswith("ready"):
             raise SystemExit("reference server did not start")
         base = f"http://127.0.0.1:{port}"
-        out = {"cpus": len(cpus), "pinned": pin, "points": []}
+        out = {"transport": args.transport, "cpus": len(cpus), "pinned": pin, "points": []}
         with tempfile.TemporaryDirectory() as tmp:
             for c in args.concurrency:
                 n = args.requests_c1 if c == 1 else args.requests_c64 if c == 64 else 10 * c
@@ -179,7 +265,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"cpus={out['cpus']} pinned={out['pinned']}")
+    print(f"transport={args.transport} cpus={out['cpus']} pinned={out['pinned']}")
     print(
         "  c  matched  TTFT err med/p90/p99 ms   ITL err med / |med| / |p99| ms   SLO att meas/truth %   lag p99 ms"
     )

@@ -305,6 +305,22 @@ class Pool:
         self.opened += 1
         return conn, False
 
+    async def preconnect(self, n: int, timeouts: Timeouts) -> int:
+        """Open up to `n` idle connections ahead of the load, so that TCP and TLS set-up is
+        not counted in the first requests' TTFT. Failures are left for the requests to report."""
+        missing = max(0, n - len(self.idle))
+        results = await asyncio.gather(
+            *(self.acquire(timeouts) for _ in range(missing)), return_exceptions=True
+        )
+        opened = 0
+        for res in results:
+            if isinstance(res, tuple):
+                conn, _ = res
+                conn.reusable = True
+                self.idle.append(conn)
+                opened += 1
+        return opened
+
     def release(self, conn: _Conn) -> None:
         if conn.reusable and not conn.closed:
             conn._reset()

@@ -186,6 +186,10 @@ class ProbeRequest(BaseModel):
     metrics_interval_s: float = Field(
         1.0, ge=0, description="Scrape the server's /metrics this often (0 = never)."
     )
+    preconnect: bool = Field(
+        True,
+        description="Open the connections before the clock starts, so TCP/TLS set-up is not counted in TTFT (clients keep connections alive).",
+    )
 
     @field_validator("slo")
     @classmethod
@@ -519,6 +523,8 @@ async def _run_point(
                 deadline=None,
                 warmup=True,
             )
+        if req.preconnect:
+            await ctx.pool.preconnect(min(concurrency or 8, req.max_concurrency), ctx.timeouts)
         lag.start()
         start = time.monotonic()
         deadline = start + duration_s if duration_s is not None else None

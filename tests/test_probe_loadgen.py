@@ -103,7 +103,7 @@ def test_closed_loop_stops_at_the_deadline() -> None:
         )
     )
     assert time.monotonic() - t0 < 0.5
-    assert 10 <= len(got) <= 24
+    assert 4 <= len(got) <= 24
 
 
 def test_open_loop_sends_on_the_absolute_schedule_and_records_lateness() -> None:
@@ -118,7 +118,7 @@ def test_open_loop_sends_on_the_absolute_schedule_and_records_lateness() -> None
         loop = asyncio.get_running_loop()
         origin = loop.time()
         sched = [0.05 * k for k in range(1, 11)]  # every 50 ms
-        loop.call_at(origin + 0.12, busy_wait, 0.2)  # the client freezes from 120 to 320 ms
+        loop.call_at(origin + 0.12, busy_wait, 0.25)  # the client freezes from 120 to 370 ms
 
         async def send(i: int, scheduled: float | None, warmup: bool) -> RequestRecord:
             return RequestRecord(
@@ -142,9 +142,12 @@ def test_open_loop_sends_on_the_absolute_schedule_and_records_lateness() -> None
     asyncio.run(main())
     delays = {r.index: r.schedule_delay_ms for r in records}
     assert len(delays) == 10
-    assert delays[0] < 5 and delays[1] < 5
-    assert delays[2] > 100  # due at 150 ms, sent at ~320 ms
-    assert delays[8] < 5 and delays[9] < 5  # later sends are back on time, not pushed back
+    # generous margins: the machine running the tests may be busy
+    assert delays[0] < 60 and delays[1] < 60
+    assert delays[2] > 160  # due at 150 ms, sent at ~370 ms
+    assert (
+        delays[8] < 60 and delays[9] < 60
+    )  # due at 450/500 ms: back on time, not pushed back by ~220 ms
     for r in records:
         assert r.scheduled_s == pytest.approx(0.05 * (r.index + 1))
 
@@ -161,7 +164,7 @@ def test_open_loop_stream_cap_makes_sends_late() -> None:
 
         async def send(i: int, scheduled: float | None, warmup: bool) -> RequestRecord:
             start = loop.time() - origin
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.3)
             return RequestRecord(
                 index=i, ok=True, scheduled_s=scheduled, start_s=start, end_s=loop.time() - origin
             )
@@ -178,7 +181,7 @@ def test_open_loop_stream_cap_makes_sends_late() -> None:
 
     asyncio.run(main())
     late = sorted(r.schedule_delay_ms for r in records)
-    assert late[0] < 20 and late[1] < 20 and late[2] > 80
+    assert late[0] < 100 and late[1] < 100 and late[2] > 250
 
 
 def test_loop_lag_sampler_sees_a_blocked_loop() -> None:
@@ -192,7 +195,7 @@ def test_loop_lag_sampler_sees_a_blocked_loop() -> None:
 
     samples = asyncio.run(main())
     assert max(samples) > 80
-    assert statistics.median(samples) < 5
+    assert statistics.median(samples) < 50
 
 
 # ----------------------------------------------------------------------------- workload

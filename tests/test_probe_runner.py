@@ -72,7 +72,7 @@ def test_closed_loop_run_is_stored_request_by_request(server, tmp_path) -> None:
     s = res.summary
     assert (s.completed, s.failed, s.warmup_excluded) == (12, 0, 2)
     assert s.slo_attainment_pct == 100.0 and s.goodput and s.goodput > 0
-    assert s.ttft_ms.p50 is not None and 10 <= s.ttft_ms.p50 < 60
+    assert s.ttft_ms.p50 is not None and 10 <= s.ttft_ms.p50 < 500
     assert s.total_output_tokens == 12 * 6 and not s.tokens_approximate
     assert (
         res.calibration.calibrated
