@@ -22,6 +22,7 @@ import os
 import platform
 import re
 import signal
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -505,12 +506,10 @@ async def _run_point(
 
     lag = LoopLagSampler()
     server_last: dict[str, float] = {}
-    scrape_task = None
-    scrape_stop = asyncio.Event()
+    scraper = None
     if req.metrics_interval_s > 0:
-        scrape_task = asyncio.create_task(
-            _scrape(ctx, run_id, origin, scrape_stop, server_last, notes)
-        )
+        scraper = _ScrapeThread(ctx, run_id, origin, server_last, notes)
+        scraper.start()
 
     async def drive() -> None:
         if req.warmup_requests:
@@ -581,10 +580,8 @@ async def _run_point(
         raise
     finally:
         waiter.cancel()
-        scrape_stop.set()
-        if scrape_task is not None:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(scrape_task, 5)
+        if scraper is not None:
+            await scraper.stop()
     if status == "interrupted":
         notes.append(
             f"interrupted: {len(records)} finished requests kept, requests in flight were cancelled"
@@ -595,6 +592,54 @@ async def _run_point(
         status = "failed"
     ctx.store.finish_run(run_id, status, summary)  # type: ignore[arg-type]
     return run_id, status, summary, records, server_last, notes
+
+
+class _ScrapeThread:
+    """Runs the /metrics scraper on its own thread and event loop.
+
+    Parsing a real vLLM metrics page (1,000+ lines) takes tens of milliseconds of
+    pure Python; on the probe's loop that would freeze every stream's
+    timestamps once per scrape. On a thread, the probe's loop only waits for
+    the GIL, and the switch interval is lowered while the run lasts so that
+    wait stays under a millisecond."""
+
+    def __init__(
+        self, ctx: _Ctx, run_id: str, origin: float, last: dict[str, float], notes: list[str]
+    ):
+        self.args = (ctx, run_id, origin)
+        self.last = last
+        self.notes = notes
+        self.ready = threading.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stop_event: asyncio.Event | None = None
+        self.thread = threading.Thread(target=self._run, name="inferwise-scrape", daemon=True)
+        self.old_switch = sys.getswitchinterval()
+
+    def start(self) -> None:
+        sys.setswitchinterval(min(self.old_switch, 0.0005))
+        self.thread.start()
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self.loop = asyncio.get_running_loop()
+            self.stop_event = asyncio.Event()
+            self.ready.set()
+            await _scrape(*self.args, self.stop_event, self.last, self.notes)
+
+        try:
+            asyncio.run(main())
+        finally:
+            self.ready.set()
+
+    async def stop(self) -> None:
+        try:
+            await asyncio.to_thread(self.ready.wait, 5)
+            if self.loop is not None and self.stop_event is not None:
+                with contextlib.suppress(RuntimeError):  # its loop already ended
+                    self.loop.call_soon_threadsafe(self.stop_event.set)
+            await asyncio.to_thread(self.thread.join, 10)
+        finally:
+            sys.setswitchinterval(self.old_switch)
 
 
 async def _scrape(

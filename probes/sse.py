@@ -72,6 +72,8 @@ class SSESplitter:
 
 
 def _parse_block(block: bytes) -> SSEEvent | None:
+    if block.startswith(b"data: ") and b"\n" not in block:  # the common case, one data line
+        return SSEEvent(data=block[6:])
     data_lines: list[bytes] = []
     event: str | None = None
     for line in block.split(b"\n"):
