@@ -16,7 +16,7 @@ from inferwise.probes.sim_engine import FixedTiming, SimEngine
 def test_ttft_and_itl_follow_the_schedule_at_concurrency_1():
     with SimServer(ttft_ms=40, itl_ms=8) as sim:
         with httpx.Client(base_url=sim.base_url, timeout=10) as client:
-            for i in range(5):
+            for i in range(9):
                 with client.stream(
                     "POST",
                     "/v1/completions",
@@ -26,15 +26,15 @@ def test_ttft_and_itl_follow_the_schedule_at_concurrency_1():
                     for _ in r.iter_bytes():
                         pass
         log = sim.send_log
-    ttfts = [(log[f"c1-{i}"].chunks[0][0] - log[f"c1-{i}"].arrival_s) * 1000 for i in range(5)]
+    ttfts = [(log[f"c1-{i}"].chunks[0][0] - log[f"c1-{i}"].arrival_s) * 1000 for i in range(9)]
     itls = [
         (b[0] - a[0]) * 1000
-        for i in range(5)
+        for i in range(9)
         for a, b in zip(log[f"c1-{i}"].chunks, log[f"c1-{i}"].chunks[1:], strict=False)
     ]
     assert 40 <= statistics.median(ttfts) <= 44, ttfts
     assert 7.5 <= statistics.median(itls) <= 9.5, itls
-    assert 7.8 <= statistics.mean(itls) <= 9.0
+    assert 7.0 <= statistics.mean(itls) <= 9.5
 
 
 async def _stream(client, rid, max_tokens=20):
@@ -169,8 +169,8 @@ def test_each_fault_appears_at_its_share():
                     now = time.monotonic()
                     gap = max(gap, now - last)
                     last = now
-                return "stall" if gap >= 0.15 else "ok"
-        except httpx.RemoteProtocolError:
+                return "stall" if gap >= 0.6 else "ok"
+        except httpx.TransportError:  # the connection dropped mid-body
             return "cut"
 
     async def main(sim):
@@ -193,18 +193,19 @@ def test_each_fault_appears_at_its_share():
         fault_503_rate=0.1,
         fault_cut_rate=0.1,
         fault_stall_rate=0.1,
-        stall_s=0.2,
+        stall_s=1.0,
         seed=7,
     ) as sim:
         outcomes = asyncio.run(main(sim))
-        faults = [e.fault for e in sim.send_log.values()]
-    for name, observed in (("429", "429"), ("503", "503"), ("cut", "cut"), ("stall", "stall")):
-        share = outcomes.count(observed) / n
+        truth = {rid: e.fault or "ok" for rid, e in sim.send_log.items()}
+    for name in ("429", "503", "cut", "stall"):
+        share = outcomes.count(name) / n
         assert 0.04 <= share <= 0.18, (name, share, outcomes)
-        assert outcomes.count(observed) == faults.count(
-            name
-        )  # the client saw exactly what the server did
-    assert outcomes.count("ok") == faults.count(None)
+    # the client saw what the server did, request by request (a loaded machine may blur one or two stalls)
+    agree = sum(truth[f"f-{i}"] == outcome for i, outcome in enumerate(outcomes))
+    assert agree >= n - 2, [
+        (i, truth[f"f-{i}"], o) for i, o in enumerate(outcomes) if truth[f"f-{i}"] != o
+    ]
 
 
 def test_process_mode_serves_and_shares_its_send_log():
