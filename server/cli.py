@@ -190,7 +190,7 @@ def _location_to_flag(model: Any, loc: Sequence[Any]) -> str:
     if not loc:
         return "input"
     head = str(loc[0])
-    info = model.model_fields.get(head)
+    info = model.model_fields.get(head) if model is not None else None
     if info is not None:
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         base = head.upper() if extra.get("cli_positional") else flag_name(head)
@@ -227,10 +227,10 @@ def parse_input(op_name: str, model: Any, argv: list[str], description: str, wit
         raise InputError("input", validation_message(model, exc)) from None
 
 
-def _message_for_cli(exc: InputError) -> str:
+def _message_for_cli(exc: InputError, model: Any = None) -> str:
     field = exc.field
     if field and field != "input" and "." not in field and " " not in field:
-        field = flag_name(field)
+        field = _location_to_flag(model, [field]) if model is not None else flag_name(field)
     text = f"{field}: {exc.message}" if field != "input" else exc.message
     if exc.accepted:
         text += f" (accepted: {exc.accepted})"
@@ -315,16 +315,18 @@ def main(argv: list[str] | None = None) -> int:
             names = [op.name for op in OPERATIONS if " " not in op.name] + groups + [s.name for s in SERVICES]
             sys.stderr.write(f"inferwise: unknown command {argv[0]!r} (accepted: {', '.join(names)})\n")
         return 2
+    model = None
     try:
+        model = _resolve(target.input_ref) if isinstance(target, Service) else target.input_model
         if isinstance(target, Service):
-            request, _ = parse_input(target.name, _resolve(target.input_ref), rest, target.summary, with_json=False)
+            request, _ = parse_input(target.name, model, rest, target.summary, with_json=False)
             return int(_resolve(target.func_ref)(request) or 0)
         return run_operation(target, rest)
     except UsageError as exc:
         sys.stderr.write(f"{exc}\n")
         return 2
     except InputError as exc:
-        sys.stderr.write(f"inferwise {target.name}: {_message_for_cli(exc)}\n")
+        sys.stderr.write(f"inferwise {target.name}: {_message_for_cli(exc, model)}\n")
         return 2
     except OperationalError as exc:
         sys.stderr.write(f"inferwise {target.name}: {exc}\n")

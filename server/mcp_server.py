@@ -28,7 +28,7 @@ from pydantic_core import PydanticUndefined
 from inferwise.calculators.errors import InputError, OperationalError
 from inferwise.server.registry import BY_TOOL, Operation
 
-# Never offered to the calling model: they choose files, secrets or safety limits.
+# Never offered to the calling model: they choose local files, secrets or safety limits.
 MCP_HIDDEN_FIELDS = frozenset(
     {
         "db",
@@ -37,8 +37,10 @@ MCP_HIDDEN_FIELDS = frozenset(
         "allow_cidrs",
         "allow_private",
         "allow_remote",
-        "raise_caps",
-        "i_know_what_im_doing",
+        "max_requests",
+        "max_duration_s",
+        "max_concurrency",
+        "dataset",
         "store_text",
         "output",
     }
@@ -158,11 +160,7 @@ def strict_policy_from_env() -> Any:
         from inferwise.probes.policy import TargetPolicy
     except ImportError:  # the probe is not installed in this build
         return None
-    hosts = [h.strip() for h in os.environ.get("INFERWISE_MCP_ALLOW_HOSTS", "").split(",") if h.strip()]
-    try:
-        return TargetPolicy(mode="strict", allow_hosts=hosts)
-    except TypeError:
-        return TargetPolicy(mode="strict")
+    return TargetPolicy.from_entries([os.environ.get("INFERWISE_MCP_ALLOW_HOSTS", "")], mode="strict")
 
 
 def build_server(log_level: str = "WARNING") -> Any:
