@@ -56,6 +56,8 @@ class Config:
     retry_after_s: float = 1.0
     usage: bool = True
     role_chunk: bool = True
+    reject_fields: tuple[str, ...] = ()
+    """Answer 400 to requests carrying these fields (top level or in stream_options), as strict APIs do."""
 
 
 @dataclass
@@ -178,6 +180,15 @@ class RefServerCore:
             h.send(self._response(404, b'{"error": {"message": "not found"}}'))
             return
         req = json.loads(body)
+        unknown = [
+            f for f in cfg.reject_fields if f in req or f in (req.get("stream_options") or {})
+        ]
+        if unknown:
+            msg = json.dumps(
+                {"error": {"message": f"Unrecognized request argument supplied: {unknown[0]}"}}
+            )
+            h.send(self._response(400, msg.encode()))
+            return
         chat = path.endswith("/chat/completions")
         prompt = req["messages"][-1]["content"] if chat else req["prompt"]
         key = hashlib.sha1(prompt.encode()).hexdigest()[:16]

@@ -467,10 +467,12 @@ def request_body(
     *,
     stream: bool,
     ignore_eos: bool,
+    continuous_usage: bool = True,
     extra: dict[str, Any] | None = None,
 ) -> tuple[str, bytes]:
     """(path, JSON body). Usage is requested per stream (`include_usage`) and, for
-    vLLM, per chunk (`continuous_usage_stats`); servers ignore what they do not know."""
+    vLLM, per chunk (`continuous_usage_stats`). Most engines ignore fields they do
+    not know; strict APIs reject them, which the runner detects and then drops them."""
     payload: dict[str, Any] = {"model": model, "stream": stream}
     if endpoint == "chat":
         path = "/chat/completions"
@@ -484,7 +486,9 @@ def request_body(
             payload["ignore_eos"] = True
             payload["min_tokens"] = max_tokens
     if stream:
-        payload["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        payload["stream_options"] = {"include_usage": True}
+        if continuous_usage:
+            payload["stream_options"]["continuous_usage_stats"] = True
     payload["temperature"] = 0.0
     if extra:
         payload.update(extra)

@@ -352,6 +352,8 @@ class _Ctx:
     workload: Any
     model: str
     store: Any
+    ignore_eos: bool = True
+    continuous_usage: bool = True
     workload_errors: list[float] = dataclasses.field(default_factory=list)
     """Relative prompt-length errors (server prompt_tokens vs target), for the calibration report."""
 
@@ -374,6 +376,42 @@ async def _discover_model(ctx: _Ctx) -> tuple[str | None, str | None]:
         return str(data["data"][0]["id"]), None
     except (ValueError, KeyError, IndexError, TypeError):
         return None, "the server's /v1/models reply lists no model; pass --model"
+
+
+async def _negotiate(ctx: _Ctx) -> list[str]:
+    """Find which optional request fields the server accepts. Engines (vLLM, SGLang,
+    llama.cpp) take ignore_eos and per-chunk usage; strict hosted APIs answer 400 to
+    unknown fields. One short request per combination, until one is accepted."""
+    from inferwise.probes.client import exchange, request_body
+
+    want_eos = ctx.req.ignore_eos
+    combos = [(want_eos, True), (want_eos, False)]
+    if want_eos:
+        combos += [(False, True), (False, False)]
+    for eos, cont in combos:
+        path, body = request_body(
+            ctx.req.endpoint,
+            ctx.model,
+            "Say hi.",
+            2,
+            stream=ctx.req.stream,
+            ignore_eos=eos,
+            continuous_usage=cont,
+        )
+        out = await exchange(ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts)
+        if out.status not in (400, 422):
+            ctx.ignore_eos, ctx.continuous_usage = eos, cont
+            notes = []
+            if want_eos and not eos:
+                notes.append(
+                    "the server rejects ignore_eos/min_tokens: output lengths are capped by max_tokens, not fixed"
+                )
+            if not cont and ctx.req.stream:
+                notes.append(
+                    "the server rejects per-chunk usage: tokens per chunk are estimated from the final usage"
+                )
+            return notes
+    return []
 
 
 async def _calibrate(ctx: _Ctx) -> Calibration:
@@ -411,7 +449,8 @@ async def _send_one(
         item.text,
         item.max_tokens,
         stream=ctx.req.stream,
-        ignore_eos=ctx.req.ignore_eos,
+        ignore_eos=ctx.ignore_eos,
+        continuous_usage=ctx.continuous_usage,
     )
     out = await exchange(ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts)
     first_start = out.start_t
@@ -768,6 +807,7 @@ async def run_probe(
                 ctx.model = found or "default"
                 if why:
                     notes.append(why)
+            notes += await _negotiate(ctx)
             calibration = Calibration(note="prompts from the dataset; no calibration needed")
             if dataset is None or any(r.prompt is None for r in dataset):
                 calibration = (

@@ -368,3 +368,14 @@ def test_a_strict_policy_passed_in_wins_over_allow_hosts(server, tmp_path) -> No
     allowed = TargetPolicy.from_entries(["127.0.0.1"], mode="strict")
     res = asyncio.run(run_probe(req.model_copy(update={"metrics_interval_s": 0}), policy=allowed))
     assert res.summary.completed == 1
+
+
+def test_fields_a_strict_api_rejects_are_dropped_and_said(tmp_path) -> None:
+    with RefServer(
+        ttft_lo_ms=5, ttft_hi_ms=5, itl_ms=1, reject_fields=("ignore_eos", "continuous_usage_stats")
+    ) as srv:
+        res = probe(url=srv.base_url, requests=3, output_tokens=4, db=str(tmp_path / "r.db"))
+    assert res.summary.completed == 3, res.errors
+    assert any("ignore_eos" in n for n in res.notes) and any(
+        "per-chunk usage" in n for n in res.notes
+    )
