@@ -316,9 +316,6 @@ def _check_bounds(req: ProbeRequest) -> tuple[int | None, float | None]:
                 f"{c} exceeds the cap of {req.max_concurrency} streams",
                 "raise it with --max-concurrency",
             )
-    if requests is None:
-        # duration-bounded: the cap on requests still holds
-        requests = None
     return requests, req.duration_s
 
 
@@ -707,11 +704,10 @@ async def _scrape(
                 run_id, [(t_s, s.name, s.labels, s.value) for s in samples]
             )
 
-        verify: Any = True
         if t.scheme == "https":
-            verify = True
-            url = f"https://{t.host}:{t.port}/metrics"
-        async with httpx.AsyncClient(headers=headers, verify=verify, trust_env=False) as client:
+            # TLS verifies the name, so connect by name (the policy approved its addresses)
+            url = f"https://{t.host_header}/metrics"
+        async with httpx.AsyncClient(headers=headers, trust_env=False) as client:
             report = await scrape_loop(
                 client, url, ctx.req.metrics_interval_s, sink, stop, t0=origin
             )
