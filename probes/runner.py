@@ -569,7 +569,8 @@ async def _run_point(
                 on_record,
                 concurrency=concurrency or 1,
                 first_index=req.warmup_requests,
-                count=requests,
+                # a duration-bounded run still stops at the request cap
+                count=requests if requests is not None else req.max_requests - req.warmup_requests,
                 deadline=deadline,
             )
         else:

@@ -379,3 +379,15 @@ def test_fields_a_strict_api_rejects_are_dropped_and_said(tmp_path) -> None:
     assert any("ignore_eos" in n for n in res.notes) and any(
         "per-chunk usage" in n for n in res.notes
     )
+
+
+def test_duration_bound_still_stops_at_the_request_cap(server, tmp_path) -> None:
+    res = probe(
+        url=server.base_url,
+        concurrency=4,
+        duration_s=30,
+        max_requests=12,
+        output_tokens=2,
+        db=str(tmp_path / "r.db"),
+    )
+    assert res.summary.completed == 12
