@@ -21,17 +21,18 @@ imported when used.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from inferwise.knowledge.evidence import Analysis, analyse
 from inferwise.knowledge.rule_engine import Finding, evaluate, load_table
 from inferwise.knowledge.vocabulary import HYPOTHESES
-from inferwise.knowledge.workload import Workload, load_workload
+from inferwise.knowledge.workload import Workload, load_workload, parse_workload
 
 WORKLOAD_HELP = (
-    "The workload: a path to a JSON or TOML workload file, or the JSON text itself. Fields "
+    "The workload: a path to a JSON or TOML workload file, or the JSON text itself (MCP clients "
+    "may also pass the object). Fields "
     "(all optional): product, traffic, slo, constraints, deployment, observations, symptoms "
     "(see DESIGN.md). Latencies in ms as percentile objects, e.g. "
     '{"observations": {"ttft_ms": {"p95": 6000}, "queue_depth": 40}, "symptoms": ["ttft_high"]}.'
@@ -46,7 +47,7 @@ DB_HELP = "Path of the run database (default: the one `inferwise probe` writes).
 class DiagnoseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    workload: str | None = Field(default=None, description=WORKLOAD_HELP)
+    workload: str | dict[str, Any] | None = Field(default=None, description=WORKLOAD_HELP)
     run: str | None = Field(default=None, description=RUN_HELP)
     db: str | None = Field(default=None, description=DB_HELP)
     limit: int = Field(
@@ -194,7 +195,7 @@ def facts_used(a: Analysis) -> list[FactUsed]:
     return out
 
 
-def load_inputs(workload: str | None, run: str | None, db: str | None) -> Workload:
+def load_inputs(workload: str | dict[str, Any] | None, run: str | None, db: str | None) -> Workload:
     """The workload to reason on; with only a run, an empty workload (the run supplies the
     measurements). Neither is an input error naming both."""
     from inferwise.calculators.errors import InputError
@@ -205,6 +206,8 @@ def load_inputs(workload: str | None, run: str | None, db: str | None) -> Worklo
             "give a workload (file path or JSON text) and/or a stored probe run id",
             "--workload FILE or --run RUN_ID",
         )
+    if isinstance(workload, dict):
+        return parse_workload(workload)
     return load_workload(workload) if workload else Workload()
 
 

@@ -43,7 +43,7 @@ from inferwise.knowledge.workload import Workload, get_path
 class PlanRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    workload: str | None = Field(default=None, description=WORKLOAD_HELP)
+    workload: str | dict[str, Any] | None = Field(default=None, description=WORKLOAD_HELP)
     run: str | None = Field(default=None, description=RUN_HELP)
     db: str | None = Field(default=None, description=DB_HELP)
     hypothesis: str | None = Field(

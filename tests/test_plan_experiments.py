@@ -209,3 +209,13 @@ def test_cli_plan_json_and_markdown(capsys):
     md = capsys.readouterr().out
     assert md.startswith("# Bottleneck diagnosis: support-chat")
     assert "### 1. `queueing`" in md
+
+
+def test_workload_may_be_passed_as_an_object_as_mcp_clients_do():
+    wl = json.loads(SUPPORT.read_text())
+    as_object = plan_experiments(PlanRequest(workload=wl))
+    as_text = _plan(str(SUPPORT))
+    assert as_object.leading_hypothesis == as_text.leading_hypothesis
+    with pytest.raises(InputError) as info:
+        plan_experiments(PlanRequest(workload={"traffic": {"arrival_rate_rps": -2}}))
+    assert info.value.field == "workload.traffic.arrival_rate_rps"
