@@ -165,8 +165,8 @@ def parse_prometheus(text: str) -> list[Sample]:
     """
     samples: list[Sample] = []
     types: dict[str, str] = {}
-    for line_no, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
+    for line_no, raw in enumerate(text.split("\n"), start=1):  # only \n ends a line
+        line = raw.strip(" \t\r")
         if not line:
             continue
         if line.startswith("#"):

@@ -405,7 +405,12 @@ class SimServer:
         from inferwise.probes.sim_http import SendLogEntry
 
         if self.app is not None:
-            return dict(self.app.send_log)
+            for _ in range(100):  # the server thread may insert while we copy
+                try:
+                    return dict(self.app.send_log)
+                except RuntimeError:
+                    time.sleep(0.001)
+            raise OperationalError("could not read the send log while the server was busy")
         import httpx
 
         raw = httpx.get(self.base_url + "/sim/send_log", timeout=30).json()

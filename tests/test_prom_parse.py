@@ -207,3 +207,30 @@ def test_scrape_loop_gives_up_on_a_closed_port():
         and "failed scrapes" in report.note
         and not got
     )
+
+
+# ----------------------------------------------------------------- property: what an exporter writes, we read back
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+_names = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,20}", fullmatch=True)
+_label_names = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,10}", fullmatch=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=_names,
+    labels=st.dictionaries(_label_names, st.text(max_size=20), max_size=4),
+    value=st.floats(allow_nan=False),
+)
+def test_exposition_round_trip(name, labels, value):
+    body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+    line = f"{name}{{{body}}} {value!r}\n" if labels else f"{name} {value!r}\n"
+    (s,) = parse_prometheus(f"# TYPE {name} gauge\n" + line)
+    assert s.name == name and s.labels == labels and s.value == value and s.type == "gauge"
