@@ -738,28 +738,44 @@ def _error_counts(records: list[RequestRecord]) -> list[ErrorClassCount]:
 
 @contextlib.contextmanager
 def _signals(stop: asyncio.Event):
-    """SIGINT/SIGTERM end the run cleanly (main thread only); a second SIGINT aborts."""
+    """SIGINT/SIGTERM end the run cleanly; a second SIGINT falls back to the previous handler.
+
+    Only in the main thread, and only for signals the event loop does not already
+    handle (a server hosting the probe, e.g. MCP over HTTP, keeps its own);
+    the previous handlers are put back afterwards."""
     loop = asyncio.get_running_loop()
-    installed: list[int] = []
+    saved: dict[int, Any] = {}
+    owned = getattr(loop, "_signal_handlers", {})
     if threading.current_thread() is threading.main_thread():
 
         def first(sig: int) -> None:
             stop.set()
             if sig == signal.SIGINT:
-                loop.remove_signal_handler(signal.SIGINT)
+                _restore(signal.SIGINT)
 
         for sig in (signal.SIGINT, signal.SIGTERM):
+            if sig in owned:
+                continue
             try:
+                previous = signal.getsignal(sig)
                 loop.add_signal_handler(sig, first, sig)
-                installed.append(sig)
+                saved[sig] = previous
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
+
+    def _restore(sig: int) -> None:
+        if sig not in saved:
+            return
+        previous = saved.pop(sig)
+        with contextlib.suppress(Exception):
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+
     try:
         yield
     finally:
-        for sig in installed:
-            with contextlib.suppress(Exception):
-                loop.remove_signal_handler(sig)
+        for sig in list(saved):
+            _restore(sig)
 
 
 async def run_probe(

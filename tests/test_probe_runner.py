@@ -391,3 +391,20 @@ def test_duration_bound_still_stops_at_the_request_cap(server, tmp_path) -> None
         db=str(tmp_path / "r.db"),
     )
     assert res.summary.completed == 12
+
+
+def test_signal_handlers_are_put_back_after_a_run(server, tmp_path) -> None:
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+
+    async def main():
+        inside = signal.getsignal(signal.SIGINT)
+        res = await run_probe(
+            ProbeRequest(
+                url=server.base_url, requests=1, metrics_interval_s=0, db=str(tmp_path / "r.db")
+            )
+        )
+        return inside, signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), res
+
+    inside, after_int, after_term, res = asyncio.run(main())
+    assert res.summary.completed == 1
+    assert after_int == inside and after_term == before[1]
