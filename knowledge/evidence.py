@@ -330,6 +330,9 @@ def _observation_derived(a: Analysis) -> None:
         p99 = _pct(a, "observations.itl_ms", "p95")
     if p50 and p99 is not None:
         a.put("derived.itl_tail_ratio", p99 / p50, "derived")
+    t50, t99 = _pct(a, "observations.ttft_ms", "p50"), _pct(a, "observations.ttft_ms", "p99")
+    if t50 and t99 is not None:
+        a.put("derived.ttft_tail_ratio", t99 / t50, "derived")
     q, c = a.value("observations.queue_depth"), a.value("observations.concurrency")
     if q is not None and c:
         a.put("derived.queue_per_running", q / c, "derived")

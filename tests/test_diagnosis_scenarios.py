@@ -39,9 +39,9 @@ def test_expert_hypothesis_is_in_the_top_three(path):
     assert 0 < lead.confidence <= 1
 
 
-def test_scenarios_span_many_distinct_causes():
+def test_scenarios_cover_every_hypothesis_id():
     expected = {e for p in SCENARIOS for e in json.loads(p.read_text())["expect_top3"]}
-    assert len(expected) >= 15
+    assert expected == set(HYPOTHESES)
 
 
 def test_every_hypothesis_has_a_rule_and_a_proof_recipe():
