@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from inferwise.knowledge.evidence import Analysis, analyse
 from inferwise.knowledge.rule_engine import Finding, evaluate, load_table
 from inferwise.knowledge.vocabulary import HYPOTHESES
-from inferwise.knowledge.workload import Workload, load_workload, parse_workload
+from inferwise.knowledge.workload import Workload, get_path, load_workload, parse_workload
 
 WORKLOAD_HELP = (
     "The workload: a path to a JSON or TOML workload file, or the JSON text itself (MCP clients "
@@ -96,6 +96,12 @@ class FactUsed(BaseModel):
     note: str = ""
 
 
+class MissingMeasurement(BaseModel):
+    field: str = Field(description="Dotted path into the workload file, e.g. observations.ttft_ms.")
+    why: str
+    how_to_measure: str
+
+
 class DiagnoseResult(BaseModel):
     workload_name: str | None = None
     run_id: str | None = None
@@ -109,6 +115,10 @@ class DiagnoseResult(BaseModel):
     )
     facts: list[FactUsed] = Field(
         default_factory=list, description="Measured, computed and catalog facts the reasoning used."
+    )
+    missing_measurements: list[MissingMeasurement] = Field(
+        default_factory=list,
+        description="Absent workload fields that would confirm or rule out the leading hypotheses.",
     )
     assumptions: list[str] = Field(default_factory=list)
     notes: list[str] = Field(
@@ -179,6 +189,40 @@ def rank(a: Analysis, limit: int = 24) -> tuple[list[Hypothesis], list[CounterEv
     return ranked[:limit], against
 
 
+def missing_measurements(
+    a: Analysis, hypotheses: list[Hypothesis], baseline_fields: bool = True
+) -> list[MissingMeasurement]:
+    """Absent fields that matter: the baseline set (``always`` in measurements.toml) and what
+    the three leading hypotheses need. Each comes with how to measure it; none is filled in."""
+    catalog: dict[str, Any] = load_table("measurements.toml")
+    hyp_guides = load_table("hypotheses.toml")
+    wanted: dict[str, str] = {}
+    for field, entry in catalog.items():
+        if baseline_fields and entry.get("always"):
+            wanted[field] = ""
+    for h in hypotheses[:3]:
+        for field in hyp_guides.get(h.id, {}).get("needs", []):
+            wanted.setdefault(field, h.id)
+    out = []
+    for field, hyp in wanted.items():
+        if _present(a, field):
+            continue
+        entry = catalog.get(field, {})
+        why = entry.get("why", "Needed by the reasoning.")
+        if hyp:
+            why += f" Needed to confirm or rule out '{hyp}'."
+        out.append(
+            MissingMeasurement(field=field, why=why, how_to_measure=entry.get("how_to_measure", ""))
+        )
+    return out
+
+
+def _present(a: Analysis, field: str) -> bool:
+    if get_path(a.workload, field) is not None:
+        return True
+    return any(k == field or k.startswith(field + ".") for k in a.facts)
+
+
 def facts_used(a: Analysis) -> list[FactUsed]:
     """The facts worth showing: measured, computed, catalog and derived ones (stated values
     are the user's own file)."""
@@ -232,6 +276,7 @@ def diagnose(req: DiagnoseRequest) -> DiagnoseResult:
         hypotheses=hypotheses,
         counter_evidence=against,
         facts=facts_used(a),
+        missing_measurements=missing_measurements(a, hypotheses, baseline_fields=False),
         assumptions=list(dict.fromkeys(a.assumptions)),
         notes=notes,
     )

@@ -30,14 +30,16 @@ from inferwise.knowledge.diagnosis import (
     WORKLOAD_HELP,
     FactUsed,
     Hypothesis,
+    MissingMeasurement,
     facts_used,
     load_inputs,
+    missing_measurements,
     rank,
 )
 from inferwise.knowledge.evidence import Analysis, _typical, analyse
 from inferwise.knowledge.rule_engine import load_table
 from inferwise.knowledge.vocabulary import HYPOTHESES
-from inferwise.knowledge.workload import Workload, get_path
+from inferwise.knowledge.workload import Workload
 
 
 class PlanRequest(BaseModel):
@@ -60,12 +62,6 @@ class PlanRequest(BaseModel):
         default=None,
         description="Endpoint base URL to put into the probe commands (default: the placeholder URL).",
     )
-
-
-class MissingMeasurement(BaseModel):
-    field: str = Field(description="Dotted path into the workload file, e.g. observations.ttft_ms.")
-    why: str
-    how_to_measure: str
 
 
 class MetricValue(BaseModel):
@@ -169,12 +165,6 @@ def _fmt(x: float | None, unit: str = "") -> str:
         return "?"
     text = f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
     return f"{text} {unit}".strip()
-
-
-def _present(a: Analysis, field: str) -> bool:
-    if get_path(a.workload, field) is not None:
-        return True
-    return any(k == field or k.startswith(field + ".") for k in a.facts)
 
 
 def _engine(wl: Workload) -> str:
@@ -337,33 +327,6 @@ def _targets_and_baseline(a: Analysis) -> tuple[list[MetricValue], list[MetricVa
             )
         )
     return targets, baseline
-
-
-# --------------------------------------------------------------------------- missing measurements
-
-
-def _missing(a: Analysis, hypotheses: list[Hypothesis]) -> list[MissingMeasurement]:
-    catalog: dict[str, Any] = load_table("measurements.toml")
-    hyp_guides = load_table("hypotheses.toml")
-    wanted: dict[str, str] = {}
-    for field, entry in catalog.items():
-        if entry.get("always"):
-            wanted[field] = ""
-    for h in hypotheses[:3]:
-        for field in hyp_guides.get(h.id, {}).get("needs", []):
-            wanted.setdefault(field, h.id)
-    out = []
-    for field, hyp in wanted.items():
-        if _present(a, field):
-            continue
-        entry = catalog.get(field, {})
-        why = entry.get("why", "Needed by the reasoning.")
-        if hyp:
-            why += f" Needed to confirm or rule out '{hyp}'."
-        out.append(
-            MissingMeasurement(field=field, why=why, how_to_measure=entry.get("how_to_measure", ""))
-        )
-    return out
 
 
 # --------------------------------------------------------------------------- sizing (greenfield)
@@ -1009,7 +972,7 @@ def plan_experiments(req: PlanRequest) -> PlanResult:
         workload_name=wl.name,
         mode="greenfield" if greenfield else "diagnostic",
         assumptions=list(dict.fromkeys(assumptions)),
-        missing_measurements=_missing(a, hyps),
+        missing_measurements=missing_measurements(a, hyps),
         targets=targets,
         baseline=baseline,
         leading_hypothesis=leading.id if leading else None,
