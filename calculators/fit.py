@@ -390,8 +390,11 @@ def _estimate(
 
     # ------------------------------------------------------------ memory per stage
     usable = total * req.gpu_memory_utilization
+    sampler_cost = rules.sampler_bytes_per_logit
+    if not rules.v1 and max_model_len > 32768:
+        sampler_cost = ep.SAMPLER_BYTES_PER_LOGIT["v0_chunked"]
     act_last = ep.activation_peak_bytes(
-        arch, act_bytes, mnbt, max_num_seqs, tp, rules.v1, rules.sampler_bytes_per_logit
+        arch, act_bytes, mnbt, max_num_seqs, tp, rules.v1, sampler_cost
     )
     act_other = ep.activation_peak_bytes(arch, act_bytes, mnbt, 0, tp, rules.v1)
     non_torch = ep.non_torch_bytes(rules, tp, pp)
