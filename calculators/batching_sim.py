@@ -223,7 +223,7 @@ def simulate(
                 rejected += 1
                 release_next(t)
                 continue
-            if kv_used + reserved + need > cap:
+            if kv_used + reserved + d + need > cap:  # this step's decode tokens too
                 break
             waiting.popleft()
             to_prefill[i] = need

@@ -58,7 +58,6 @@ ENVELOPES: dict[str, tuple[Stage, ...]] = {
     "itl_ms": ("decode",),
     "e2e_ms": STAGES,
 }
-SEARCH_REQUESTS = 240
 
 
 class AgentStep(BaseModel):
@@ -690,9 +689,7 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
         rate = req.request_rate * req.peak_to_mean * (wl.calls_per_task if req.agent_steps else 1.0)
     else:
         conc = max(1, math.ceil((req.concurrency or 1) * req.peak_to_mean))
-    n = req.num_requests or (
-        max(200, min(10 * conc, MAX_REQUESTS)) if conc else int(max(200, min(rate * 60, 800)))
-    )  # type: ignore[operator]
+    n = req.num_requests or (_n_for_concurrency(conc) if conc else _n_for_rate(rate or 1.0))
     res, stats = _simulate(model, wl, rate, conc, n, req.seed, req.burstiness)
     m = _client_metrics(stats, res, costs)
 
@@ -806,6 +803,15 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
     )
 
 
+def _n_for_rate(rate: float) -> int:
+    """About a minute of arrivals: long enough for a queue above capacity to show."""
+    return int(max(200, min(rate * 60.0, 800)))
+
+
+def _n_for_concurrency(conc: int) -> int:
+    return max(200, min(10 * conc, MAX_REQUESTS))
+
+
 def _meets(
     req: BudgetRequest,
     model: Any,
@@ -814,10 +820,8 @@ def _meets(
     rate: float | None,
     conc: int | None,
 ) -> bool:
-    n = (
-        SEARCH_REQUESTS
-        if rate is not None
-        else max(SEARCH_REQUESTS, min(8 * (conc or 1), MAX_REQUESTS))
+    n = req.num_requests or (
+        _n_for_rate(rate) if rate is not None else _n_for_concurrency(conc or 1)
     )
     res, stats = _simulate(model, wl, rate, conc, n, req.seed, req.burstiness)
     m = _client_metrics(stats, res, costs)
@@ -832,7 +836,7 @@ def _max_rate(
     req: BudgetRequest, model: Any, wl: _Workload, costs: _Costs, saturation: float
 ) -> float:
     """Bisection on the (LLM-call) arrival rate; ~10 simulations."""
-    hi = max(saturation, 1e-6) * 1.2
+    hi = max(saturation, 1e-6) * 1.05
     lo = hi * 1e-3
     if not _meets(req, model, wl, costs, lo, None):
         return 0.0

@@ -1,0 +1,100 @@
+"""The published measurements as regression tests.
+
+tests/data/perf_measurements.toml holds 100+ published values (TTFT, ITL,
+end-to-end latency, throughput) with their sources. The calibrated factors
+must keep the model within +-30 % for at least 70 % of them (the issue's
+target), on the held-back part as well as overall, and no calibration value
+may drift beyond +-60 %.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from inferwise.calculators.calibration import load_measurements, simulate_measurement
+from inferwise.calculators.errors import InputError
+
+DATA = Path(__file__).parent / "data" / "perf_measurements.toml"
+# Runs the memory-fit calculator rejects although the source shows them served:
+# gpt-oss-120b on one H100 at max_model_len 32768 (fit: 0.45 GiB left for KV).
+# They count as misses in the share tests; any new rejection fails below.
+KNOWN_FIT_DISAGREEMENTS = {
+    "gpustack-gpt-oss-120b-h100-random-32k",
+    "gpustack-gpt-oss-120b-h100-random-4k",
+    "gpustack-gpt-oss-120b-h100-random-2k",
+}
+REQUIRED = {
+    "id",
+    "source_url",
+    "conditions",
+    "model",
+    "gpu",
+    "input_tokens",
+    "output_tokens",
+    "values",
+    "split",
+}
+
+
+@pytest.fixture(scope="module")
+def measurements() -> list[dict]:
+    return load_measurements(DATA)
+
+
+@pytest.fixture(scope="module")
+def errors(measurements) -> dict[str, list[tuple[str, float]]]:
+    out: dict[str, list[tuple[str, float]]] = {"calibration": [], "holdout": [], "rejected": []}
+    for m in measurements:
+        try:
+            pred = simulate_measurement(m)
+        except InputError:  # e.g. the fit calculator says it does not fit: counts as a miss
+            pred = {}
+            out["rejected"].append((m["id"], math.inf))
+        for name, measured in m["values"].items():
+            p = pred.get(name, math.nan)
+            out[m["split"]].append((f"{m['id']}:{name}", p / measured - 1 if p == p else math.inf))
+    return out
+
+
+def test_measurements_are_sourced_and_cover_the_space(measurements):
+    ids = [m["id"] for m in measurements]
+    assert len(ids) == len(set(ids))
+    for m in measurements:
+        assert set(m) >= REQUIRED, m["id"]
+        assert m["source_url"].startswith("https://")
+        assert m["split"] in ("calibration", "holdout")
+    values = sum(len(m["values"]) for m in measurements)
+    assert values >= 40
+    assert {m["gpu"] for m in measurements} >= {
+        "h100-sxm-80gb",
+        "h200-sxm-141gb",
+        "a100-sxm-80gb",
+        "mi300x",
+    }
+    tps = {m.get("tensor_parallel_size", 1) for m in measurements}
+    assert 1 in tps and 8 in tps
+    assert any("Qwen3-235B" in m["model"] or "DeepSeek" in m["model"] for m in measurements)  # MoE
+
+
+@pytest.mark.parametrize("split", ["calibration", "holdout"])
+def test_at_least_70_percent_within_30_percent(errors, split):
+    errs = errors[split]
+    share = sum(1 for _, e in errs if abs(e) <= 0.30) / len(errs)
+    assert share >= 0.70, sorted(errs, key=lambda x: -abs(x[1]))[:10]
+
+
+def test_no_calibration_value_drifts_far(errors):
+    rejected = {k for k, _ in errors["rejected"]}
+    far = [
+        (k, round(e, 2))
+        for k, e in errors["calibration"]
+        if not abs(e) <= 0.60 and k.split(":")[0] not in rejected
+    ]
+    assert not far, far
+
+
+def test_only_known_runs_are_rejected_by_the_fit(errors):
+    assert {k for k, _ in errors["rejected"]} <= KNOWN_FIT_DISAGREEMENTS

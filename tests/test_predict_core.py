@@ -1,0 +1,182 @@
+"""`inferwise predict`: the contract fields, load modes, bad input and the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from inferwise.calculators.errors import InputError
+from inferwise.calculators.predict import PredictRequest, PredictResult, predict_performance
+from inferwise.server.cli import main
+
+L8 = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
+
+
+def run(**kw) -> PredictResult:
+    return predict_performance(PredictRequest(**{**L8, **kw}))
+
+
+def test_light_load_ttft_is_the_prefill_and_itl_the_decode_step():
+    r = run(input_tokens=1000, output_tokens=100, concurrency=1)
+    assert r.ttft_ms.p50 == pytest.approx(r.step.prefill_ms, rel=1e-6)
+    assert r.queue_ms.p99 == 0
+    assert r.itl_ms.p50 == pytest.approx(r.step.decode_step_ms, rel=0.01)
+    assert r.output_tokens_per_s == pytest.approx(100 / (r.e2e_ms.mean / 1e3), rel=1e-6)
+    assert r.bound == "memory-bandwidth"
+    assert r.load.mode == "concurrency"
+
+
+def test_percentile_objects_are_ordered():
+    r = run(
+        input_tokens=1500,
+        input_tokens_p95=6000,
+        output_tokens=250,
+        output_tokens_p95=800,
+        request_rate=6,
+    )
+    for p in (r.ttft_ms, r.itl_ms, r.tpot_ms, r.e2e_ms, r.queue_ms):
+        assert p.p50 <= p.p90 <= p.p95 <= p.p99
+    assert r.load.input_tokens["p95"] == pytest.approx(6000, rel=0.25)
+
+
+def test_more_load_means_more_throughput_and_longer_latency_until_saturation():
+    low, high = run(request_rate=1), run(request_rate=8)
+    assert high.requests_per_s > low.requests_per_s
+    assert high.ttft_ms.p95 >= low.ttft_ms.p95
+    assert high.itl_ms.mean >= low.itl_ms.mean
+    assert low.saturation.utilization == pytest.approx(1 / low.saturation.max_requests_per_s)
+
+
+def test_overload_warns_and_offline_reports_a_queue():
+    r = run(request_rate=1000, num_requests=300)
+    assert r.saturation.utilization > 1
+    assert any("saturation" in w for w in r.warnings)
+    off = run(request_rate=math.inf, num_requests=300)
+    assert off.load.mode == "offline"
+    assert off.ttft_ms.p99 > 10 * off.step.prefill_ms
+
+
+def test_factors_and_assumptions_are_reported():
+    r = run()
+    assert {
+        "compute_fraction",
+        "bandwidth_fraction",
+        "step_overhead_ms",
+        "allreduce_latency_us",
+    } <= set(r.factors)
+    assert "efficiency.toml" in r.factors_source
+    assert any("concurrency 1" in a for a in r.assumptions)
+
+
+def test_same_seed_same_answer():
+    a = run(request_rate=5, input_tokens_p95=4000)
+    b = run(request_rate=5, input_tokens_p95=4000)
+    assert a.model_dump() == b.model_dump()
+
+
+def test_moe_and_tensor_parallel_deployments_predict():
+    r = predict_performance(PredictRequest(model="Qwen/Qwen3-30B-A3B", gpu="h100", concurrency=16))
+    assert r.output_tokens_per_s > 0
+    r = predict_performance(
+        PredictRequest(
+            model="meta-llama/Llama-3.1-70B-Instruct",
+            gpu="h100",
+            tensor_parallel_size=4,
+            concurrency=8,
+        )
+    )
+    assert r.step.communication_ms > 0
+
+
+def test_bad_input():
+    with pytest.raises(ValidationError):
+        PredictRequest(**L8, request_rate=0)
+    with pytest.raises(ValidationError):
+        PredictRequest(**L8, request_rate=-1)
+    with pytest.raises(ValidationError):
+        PredictRequest(**L8, request_rate=1, concurrency=2)
+    with pytest.raises(ValidationError):
+        PredictRequest(**L8, input_tokens=1000, input_tokens_p95=10)
+    with pytest.raises(InputError) as e:
+        run(input_tokens=200_000, output_tokens=10)
+    assert e.value.field == "input_tokens"
+    with pytest.raises(InputError) as e:
+        predict_performance(PredictRequest(model="no/such-model", gpu="h100"))
+    assert e.value.field == "model"
+
+
+def test_cli_json_contract(capsys):
+    code = main(
+        [
+            "predict",
+            "--model",
+            L8["model"],
+            "--gpu",
+            "h100",
+            "--input-tokens",
+            "512",
+            "--output-tokens",
+            "64",
+            "--concurrency",
+            "4",
+            "--json",
+        ]
+    )
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    for field in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        assert set(d[field]) == {"mean", "p50", "p90", "p95", "p99"}
+    for field in (
+        "output_tokens_per_s",
+        "requests_per_s",
+        "bound",
+        "factors",
+        "assumptions",
+        "saturation",
+    ):
+        assert field in d
+    assert d["bound"] in ("compute", "memory-bandwidth", "communication", "overhead")
+
+
+def test_cli_markdown_and_exit_codes(capsys):
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                L8["model"],
+                "--gpu",
+                "h100",
+                "--request-rate",
+                "inf",
+                "--num-requests",
+                "60",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "Predicted performance" in out and "TTFT" in out and "Factors used" in out
+    assert main(["predict", "--model", L8["model"], "--gpu", "h100", "--request-rate", "0"]) == 2
+    assert "--request-rate" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                L8["model"],
+                "--gpu",
+                "h100",
+                "--concurrency",
+                "2",
+                "--request-rate",
+                "1",
+            ]
+        )
+        == 2
+    )
+    assert main(["predict", "--model", L8["model"], "--gpu", "nonexistent-gpu"]) == 2
+    assert "--gpu" in capsys.readouterr().err

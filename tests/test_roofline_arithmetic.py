@@ -1,0 +1,268 @@
+"""The per-step roofline against hand-computed cases.
+
+Efficiency factors are set to round numbers here so each expected value can
+be computed by hand; the calibrated factors are tested in
+test_predict_calibration.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from inferwise.calculators.deployment import Deployment
+from inferwise.calculators.errors import InputError
+from inferwise.calculators.roofline import Efficiency, Hardware, ModelShape, StepModel, dense_shape
+
+# Llama-3.1-8B: 8,030,261,248 parameters, vocab 128,256, hidden 4,096, 32 layers,
+# 32 query heads, 8 KV heads of 128 (HF config.json).
+LLAMA8B_PARAMS = 8_030_261_248
+EMBED = 128_256 * 4_096
+H100 = Hardware(
+    "h100-sxm-80gb",
+    peak_tflops=989.5,
+    bandwidth_gb_per_s=3350,
+    interconnect="nvlink",
+    link_gb_per_s=450,
+)
+IDEAL = Efficiency(
+    compute_fraction=1.0,
+    bandwidth_fraction=1.0,
+    step_overhead_ms=0.0,
+    per_seq_overhead_ms=0.0,
+    allreduce_latency_us=0.0,
+    link_fraction=1.0,
+)
+
+
+def llama8b(eff: Efficiency = IDEAL, **kw) -> StepModel:
+    shape = dense_shape("llama-3.1-8b", LLAMA8B_PARAMS, 32, 4096, 32, 128, 8, 128_256)
+    return StepModel(shape, H100, eff, **kw)
+
+
+def test_decode_batch1_reads_every_weight_once():
+    # Per step: every matmul weight (all but the input embedding) once, bf16.
+    weight_bytes = (LLAMA8B_PARAMS - EMBED) * 2
+    assert weight_bytes == pytest.approx(15.01e9, rel=1e-3)
+    step = llama8b().breakdown(prefill_tokens=0, decode_seqs=1, kv_tokens=0)
+    assert step.memory_ms == pytest.approx(weight_bytes / 3.35e12 * 1e3, rel=1e-9)  # 4.48 ms
+    assert step.bound == "memory-bandwidth"
+    # The issue's figure: ~16.06 GB of checkpoint / 3.35 TB/s x efficiency. Our bytes are the
+    # checkpoint minus the embedding table, which decode looks up rather than reads.
+    assert (LLAMA8B_PARAMS * 2 - weight_bytes) == pytest.approx(EMBED * 2)
+
+
+def test_decode_reads_the_kv_of_every_running_sequence():
+    m = llama8b()
+    kv_per_token = 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 heads of 128, bf16 = 131,072 B
+    base = m.breakdown(0, 64, 0).memory_ms
+    with_kv = m.breakdown(0, 64, 64 * 2000).memory_ms
+    assert with_kv - base == pytest.approx(64 * 2000 * kv_per_token / 3.35e12 * 1e3, rel=1e-9)
+
+
+def test_prefill_flops_are_two_per_parameter_per_token_plus_attention():
+    m = llama8b()
+    tokens = 4096
+    step = m.breakdown(tokens, 0, 0, sampled=1)
+    body = LLAMA8B_PARAMS - 2 * EMBED  # matmuls other than the LM head
+    attention = 2 * 32 * (128 + 128) * 32 * tokens * tokens / 2  # QK^T and PV over the causal half
+    expected = 2 * body * tokens + 2 * EMBED * 1 + attention
+    assert step.flops == pytest.approx(expected, rel=1e-9)
+    assert step.compute_ms == pytest.approx(expected / 989.5e12 * 1e3, rel=1e-9)
+    assert step.bound == "compute"
+
+
+def test_efficiency_fractions_scale_the_roofline_terms():
+    eff = Efficiency(0.5, 0.8, 1.5, 0.01, 0.0, 1.0)
+    ideal, real = llama8b(), llama8b(eff)
+    assert real.breakdown(0, 1, 0).memory_ms == pytest.approx(
+        ideal.breakdown(0, 1, 0).memory_ms / 0.8
+    )
+    assert real.breakdown(4096, 0, 0).compute_ms == pytest.approx(
+        ideal.breakdown(4096, 0, 0).compute_ms / 0.5
+    )
+    # Overhead: per step plus per sampled sequence.
+    assert real.breakdown(0, 10, 0).overhead_ms == pytest.approx(1.5 + 10 * 0.01)
+    # The step takes the larger roofline term plus overhead.
+    b = real.breakdown(0, 10, 1000)
+    assert b.total_ms == pytest.approx(
+        max(b.compute_ms, b.memory_ms) + b.communication_ms + b.overhead_ms
+    )
+
+
+def test_eager_mode_multiplies_the_step_overhead():
+    eff = Efficiency(0.5, 0.8, 1.0, 0.0, 0.0, 1.0, eager_overhead_factor=3.0)
+    assert llama8b(eff, enforce_eager=True).breakdown(0, 1, 0).overhead_ms == pytest.approx(3.0)
+
+
+def test_tensor_parallel_all_reduce_is_two_per_layer_with_latency_and_ring_bandwidth():
+    eff = Efficiency(1.0, 1.0, 0.0, 0.0, allreduce_latency_us=10.0, link_fraction=0.5)
+    m = llama8b(eff, tensor_parallel_size=4)
+    tokens = 1000
+    msg = tokens * 4096 * 2
+    ring = 2 * 3 / 4 * msg / (450e9 * 0.5)
+    expected = 2 * 32 * (10e-6 + ring) * 1e3
+    assert m.breakdown(tokens, 0, 0).communication_ms == pytest.approx(expected, rel=1e-9)
+    # Compute and weight reads split four ways.
+    assert m.breakdown(0, 1, 0).memory_ms == pytest.approx(
+        llama8b(eff).breakdown(0, 1, 0).memory_ms / 4
+    )
+
+
+def test_moe_decode_reads_the_experts_the_batch_touches():
+    shape = ModelShape(
+        name="moe",
+        num_layers=2,
+        hidden_size=1024,
+        dense_params=1e8,
+        attn_flops_per_pair=0.0,
+        dense_weight_bytes=2e8,
+        kv_bytes_per_token=0.0,
+        num_experts=64,
+        experts_per_token=4,
+        expert_params=1e7,
+        expert_weight_bytes=2e7,
+        moe_layers=2,
+    )
+    assert shape.expected_experts_touched(1) == pytest.approx(4)
+    assert shape.expected_experts_touched(16) == pytest.approx(64 * (1 - (1 - 4 / 64) ** 16))
+    assert shape.expected_experts_touched(10_000) == pytest.approx(64)
+    m = StepModel(shape, H100, IDEAL)
+    b1 = m.breakdown(0, 1, 0)
+    assert b1.bytes == pytest.approx(2e8 + 2 * 4 * 2e7)
+    # Compute follows the active parameters only: 2 x (dense + 2 layers x 4 experts x 1e7) per token.
+    b8 = m.breakdown(0, 8, 0)
+    assert b8.flops == pytest.approx(2 * (1e8 + 2 * 4 * 1e7) * 8)
+
+
+def test_prefill_ms_chunks_long_prompts_at_the_batch_token_budget():
+    m = llama8b(max_num_batched_tokens=2048)
+    alone = m.prefill_ms(6000)
+    chunks = [2048, 2048, 1904]
+    done = 0
+    expected = 0.0
+    for c in chunks:
+        expected += m.step_ms(
+            c, 0, done, prefill_pairs=c * (done + c / 2), sampled=1 if c == 1904 else 0
+        )
+        done += c
+    assert alone == pytest.approx(expected)
+
+
+def test_decode_line_matches_the_full_step_model():
+    m = llama8b(Efficiency(0.5, 0.8, 1.5, 0.01, 12.0, 0.7), tensor_parallel_size=2)
+    c0, c1, m0, m1, k = m.decode_line(48)
+    for kv in (0, 10_000, 500_000):
+        assert max(c0 + c1 * kv, m0 + m1 * kv) + k == pytest.approx(m.step_ms(0, 48, kv))
+
+
+# --------------------------------------------------------------------------- from the catalogs
+
+
+@pytest.fixture(scope="module")
+def l8():
+    return StepModel.from_deployment(
+        Deployment(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm-80gb")
+    )
+
+
+def test_catalog_llama8b_weights_and_kv_match_the_hand_figures(l8):
+    s = l8.shape
+    assert s.dense_weight_bytes == pytest.approx((LLAMA8B_PARAMS - EMBED) * 2, rel=0.005)
+    assert s.kv_bytes_per_token == 131_072
+    assert s.num_experts == 0
+    assert l8.hardware.bandwidth_gb_per_s == 3350
+    assert l8.kv_capacity_tokens > 100_000
+    # vLLM's OpenAI-server defaults on an 80 GB H100.
+    assert (l8.max_num_seqs, l8.max_num_batched_tokens) == (1024, 8192)
+
+
+def test_a100_gets_vllms_smaller_default_batch():
+    m = StepModel.from_deployment(
+        Deployment(model="meta-llama/Llama-3.1-8B-Instruct", gpu="a100-sxm-80gb")
+    )
+    assert (m.max_num_seqs, m.max_num_batched_tokens) == (256, 2048)
+
+
+def test_fp8_kv_cache_halves_kv_bytes_and_fp8_weights_use_fp8_gemms():
+    base = StepModel.from_deployment(
+        Deployment(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100")
+    )
+    kv8 = StepModel.from_deployment(
+        Deployment(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100", kv_cache_dtype="fp8")
+    )
+    assert kv8.shape.kv_bytes_per_token == base.shape.kv_bytes_per_token / 2
+    w8 = StepModel.from_deployment(
+        Deployment(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100", quantization="fp8")
+    )
+    assert w8.hardware.peak_tflops == 1979
+    # One byte per body weight; the LM head stays bf16 (vLLM does not quantize it).
+    expected = (LLAMA8B_PARAMS - 2 * EMBED) * 1 + EMBED * 2
+    assert w8.shape.dense_weight_bytes == pytest.approx(expected, rel=0.01)
+    # No FP8 units on A100: FP8 weights still halve the bytes but GEMMs run at the BF16 rate.
+    a100 = StepModel.from_deployment(
+        Deployment(model="meta-llama/Llama-3.1-8B-Instruct", gpu="a100", quantization="fp8")
+    )
+    assert a100.hardware.peak_tflops == 312
+
+
+def test_tensor_parallel_over_pcie_is_slower_than_over_nvlink():
+    def comm(gpu: str, tokens: int) -> float:
+        m = StepModel.from_deployment(
+            Deployment(model="meta-llama/Llama-3.1-8B-Instruct", gpu=gpu, tensor_parallel_size=2)
+        )
+        return m.breakdown(tokens, 0, 0).communication_ms
+
+    for tokens in (1, 64, 4096):
+        assert comm("h100-pcie-80gb", tokens) > comm("h100-sxm-80gb", tokens)
+
+
+def test_moe_catalog_model_reads_fewer_bytes_at_batch_one_than_its_total():
+    m = StepModel.from_deployment(Deployment(model="Qwen/Qwen3-30B-A3B", gpu="h100"))
+    s = m.shape
+    assert s.num_experts == 128 and s.experts_per_token == 8
+    assert s.active_params == pytest.approx(3.0e9, rel=0.1)
+    b1 = m.breakdown(0, 1, 0)
+    total_bytes = s.dense_weight_bytes + s.moe_layers * s.num_experts * s.expert_weight_bytes
+    assert b1.bytes < 0.2 * total_bytes
+    assert m.breakdown(0, 512, 0).bytes == pytest.approx(total_bytes, rel=0.01)
+
+
+def test_unknown_gpu_or_memory_only_gpu_is_an_input_error():
+    with pytest.raises(InputError) as e:
+        StepModel.from_deployment(Deployment(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h900"))
+    assert e.value.field == "gpu"
+    with pytest.raises(InputError) as e:
+        StepModel.from_deployment(
+            Deployment(model="meta-llama/Llama-3.1-8B-Instruct", gpu_memory_gib=80)
+        )
+    assert e.value.field == "gpu"
+
+
+def test_deployment_that_does_not_fit_is_an_input_error():
+    with pytest.raises(InputError) as e:
+        StepModel.from_deployment(Deployment(model="meta-llama/Llama-3.1-70B-Instruct", gpu="h100"))
+    assert e.value.field == "model"
+    assert "does not fit" in e.value.message
+
+
+def test_bound_names_the_largest_term():
+    m = llama8b(Efficiency(0.5, 0.8, 1.5, 0.0, 0.0, 1.0))
+    assert m.breakdown(8192, 0, 0).bound == "compute"
+    assert m.breakdown(0, 8, 8000).bound == "memory-bandwidth"
+    tiny = StepModel(
+        dense_shape("tiny", 2e7, 4, 256, 4, 64, 4, 1000),
+        H100,
+        Efficiency(0.5, 0.8, 1.5, 0.0, 0.0, 1.0),
+    )
+    assert tiny.breakdown(0, 1, 0).bound == "overhead"
+    pcie = Hardware("pcie", 989.5, 3350, "pcie", 8.0)
+    slow_link = StepModel(
+        dense_shape("small", 1e9, 16, 2048, 16, 128, 8, 32000),
+        pcie,
+        Efficiency(0.5, 0.8, 0.1, 0.0, 40.0, 0.5),
+        tensor_parallel_size=8,
+    )
+    assert slow_link.breakdown(0, 1, 0).bound == "communication"
+    assert math.isfinite(slow_link.step_ms(0, 1, 0))

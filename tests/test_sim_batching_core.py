@@ -1,0 +1,180 @@
+"""The continuous-batching simulation against closed forms and invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferwise.calculators.batching_sim import (
+    load_stats,
+    lognormal_lengths,
+    poisson_arrivals_ms,
+    simulate,
+    weighted_summary,
+)
+from inferwise.calculators.roofline import Efficiency, Hardware, StepModel, dense_shape
+
+H100 = Hardware("h100", 989.5, 3350, "nvlink", 450)
+EFF = Efficiency(0.5, 0.8, 1.5, 0.01, 10.0, 0.7)
+
+
+def model(**kw) -> StepModel:
+    shape = dense_shape("llama-8b", 8.03e9, 32, 4096, 32, 128, 8, 128_256)
+    kw.setdefault("kv_capacity_tokens", 400_000)
+    kw.setdefault("max_num_seqs", 256)
+    kw.setdefault("max_num_batched_tokens", 8192)
+    return StepModel(shape, H100, EFF, **kw)
+
+
+def test_single_request_ttft_is_its_prefill_and_e2e_adds_each_decode_step():
+    m = model()
+    res = simulate(m, [1000], [50], concurrency=1)
+    assert res.ttft_ms[0] == pytest.approx(m.prefill_ms(1000))
+    # Decode step j attends to the prompt and the j tokens already cached.
+    decode = sum(m.step_ms(0, 1, 1000 + j) for j in range(49))
+    assert res.e2e_ms[0] == pytest.approx(m.prefill_ms(1000) + decode)
+    assert res.tpot_ms[0] == pytest.approx(decode / 49)
+    assert res.queue_ms[0] == 0
+
+
+def test_long_prompt_prefills_in_chunks():
+    m = model(max_num_batched_tokens=2048)
+    res = simulate(m, [5000], [2], concurrency=1)
+    assert res.ttft_ms[0] == pytest.approx(m.prefill_ms(5000))
+    assert res.steps == 3 + 1  # three prefill chunks, one decode step
+
+
+def test_light_poisson_load_ttft_is_about_the_prefill_time():
+    m = model()
+    arr = poisson_arrivals_ms(300, rate_per_s=0.2, seed=3)  # a request every 5 s; each lasts ~1 s
+    res = simulate(m, np.full(300, 800), np.full(300, 100), arrival_ms=arr)
+    assert np.mean(res.ttft_ms) == pytest.approx(m.prefill_ms(800), rel=0.1)
+    assert np.median(res.queue_ms) == 0
+
+
+def test_more_load_never_lowers_queueing():
+    m = model(max_num_seqs=32)
+    inp, out = np.full(400, 1500), np.full(400, 300)
+    waits = []
+    for rate in (1, 2, 4, 8, 16, 32):
+        res = simulate(m, inp, out, arrival_ms=poisson_arrivals_ms(400, rate, seed=7))
+        waits.append(float(np.mean(res.queue_ms)))
+    assert waits == sorted(waits)
+    assert waits[-1] > 10 * max(waits[0], 1.0)
+
+
+def test_concurrency_raises_throughput_until_the_batch_is_full():
+    m = model(max_num_seqs=16)
+    tput = []
+    for c in (1, 4, 16, 64):
+        res = simulate(m, np.full(20 * c, 500), np.full(20 * c, 200), concurrency=c)
+        tput.append(load_stats(res, c).output_tokens_per_s)
+    assert tput[0] < tput[1] < tput[2]
+    assert tput[3] == pytest.approx(tput[2], rel=0.15)  # capped by max_num_seqs
+
+
+def test_max_num_seqs_and_kv_capacity_bound_the_running_batch():
+    m = model(max_num_seqs=8)
+    res = simulate(m, np.full(100, 200), np.full(100, 50))
+    assert res.max_running <= 8
+    tight = model(kv_capacity_tokens=20_000)
+    res = simulate(tight, np.full(100, 1500), np.full(100, 500))
+    assert res.peak_kv_tokens <= 20_000
+    assert res.max_running <= 20_000 // 1500 + 1
+    assert res.completed == 100
+
+
+def test_kv_exhaustion_preempts_and_still_completes_every_request():
+    # Admission reserves the prompt only; outputs grow until the cache is full.
+    m = model(kv_capacity_tokens=12_000)
+    res = simulate(m, np.full(60, 500), np.full(60, 2000))
+    assert res.preemptions > 0
+    assert res.completed == 60
+    assert np.all(res.e2e_ms >= res.ttft_ms)
+
+
+def test_a_prompt_larger_than_the_whole_cache_is_rejected_not_hung():
+    m = model(kv_capacity_tokens=1_000)
+    res = simulate(m, [5000, 100], [10, 10])
+    assert res.rejected == 1 and res.completed == 1
+
+
+def test_offline_batch_beats_one_at_a_time_on_throughput():
+    m = model()
+    inp, out = np.full(200, 1000), np.full(200, 200)
+    offline = load_stats(simulate(m, inp, out))
+    serial = load_stats(simulate(m, inp, out, concurrency=1), 1)
+    assert offline.output_tokens_per_s > 5 * serial.output_tokens_per_s
+
+
+def test_closed_loop_throughput_follows_littles_law():
+    m = model()
+    res = simulate(m, np.full(400, 600), np.full(400, 150), concurrency=20)
+    stats = load_stats(res, 20)
+    assert stats.requests_per_s == pytest.approx(20 / (np.mean(stats.e2e_ms) / 1e3))
+    assert len(stats.e2e_ms) == 400 - 2 * 20
+
+
+def test_itl_sample_has_one_gap_per_generated_token_after_the_first():
+    m = model()
+    out = np.array([5, 17, 40])
+    res = simulate(m, [100, 300, 900], out)
+    assert res.itl_weights.sum() == (out - 1).sum()
+
+
+def test_gamma_arrivals_have_the_requested_mean_rate():
+    for burst in (0.25, 1.0, 4.0):
+        arr = poisson_arrivals_ms(20_000, 10.0, burstiness=burst, seed=1)
+        assert arr[-1] / 1e3 == pytest.approx(2000, rel=0.05)
+    gaps_bursty = np.diff(poisson_arrivals_ms(5000, 10.0, 0.25, seed=1))
+    gaps_smooth = np.diff(poisson_arrivals_ms(5000, 10.0, 4.0, seed=1))
+    assert gaps_bursty.std() > 2 * gaps_smooth.std()
+
+
+def test_lognormal_lengths_hit_the_given_median_and_p95():
+    x = lognormal_lengths(1500, 6000, 50_000, seed=2)
+    assert np.median(x) == pytest.approx(1500, rel=0.03)
+    assert np.percentile(x, 95) == pytest.approx(6000, rel=0.05)
+    assert np.all(lognormal_lengths(300, None, 10) == 300)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0.1, 500), st.integers(1, 50)), min_size=1, max_size=40),
+    st.sampled_from([0, 5, 50, 90, 95, 99, 100]),
+)
+def test_weighted_percentiles_equal_percentiles_of_the_expanded_sample(pairs, q):
+    v = np.array([p[0] for p in pairs])
+    w = np.array([p[1] for p in pairs])
+    mean, (got,) = weighted_summary(v, w, (q,))
+    full = np.repeat(v, w)
+    assert got == pytest.approx(np.percentile(full, q), rel=1e-9, abs=1e-9)
+    assert mean == pytest.approx(full.mean())
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 60),
+    conc=st.integers(1, 12),
+    seqs=st.integers(1, 16),
+    cap=st.integers(3_000, 40_000),
+    seed=st.integers(0, 1000),
+)
+def test_every_request_finishes_in_order_of_its_events(n, conc, seqs, cap, seed):
+    rng = np.random.default_rng(seed)
+    inp = rng.integers(1, 2_000, n)
+    out = rng.integers(1, 400, n)
+    res = simulate(
+        model(kv_capacity_tokens=cap, max_num_seqs=seqs, max_num_batched_tokens=1024),
+        inp,
+        out,
+        concurrency=conc,
+    )
+    done = ~np.isnan(res.e2e_ms)
+    assert res.completed + res.rejected == n
+    assert np.all(res.ttft_ms[done] > 0)
+    assert np.all(res.e2e_ms[done] >= res.ttft_ms[done] - 1e-9)
+    assert np.all(res.queue_ms[done] <= res.ttft_ms[done] + 1e-9)
+    assert res.max_running <= seqs
