@@ -208,14 +208,14 @@ def vllm_default_batching(
 # large vocabularies. Calibrated on start-up logs (tests/data/vllm_logs.toml):
 #   V0:        Llama-3-8B peak 1.26 GiB at TP 1 *and* TP 2 (vllm#10511): not
 #              sharded, 256 x 128k logits; Qwen2.5-7B-AWQ 1.42 GiB at 4096
-#              tokens (vllm#13882)                                 -> ~40 B
+#              tokens (vllm#13882); Qwen2.5-32B 1.26 GiB (vllm#15815)  -> ~36 B
 #   V0 with chunked prefill (context > 32K): the dummy chunks are not
 #              sampled; R1-Distill-Qwen-14B peaked at 0.19 GiB (vllm#13061) -> 0
 #   V1 0.10-0.11: gemma-3-4b 9.96 GiB peak (vllm#21489), gpt-oss-120b
 #              ~8 GiB implied with 1024 x 201k (vllm#23278, #27508)  -> ~40 B
 #   V1 0.19+:  Qwen3.5 5.66 GiB peak with 1024 x 248k logits (vllm#50722),
 #              gpt-oss-20b ~1 GiB implied at 256 sequences        -> ~22 B
-SAMPLER_BYTES_PER_LOGIT = {"v0": 40.0, "v0_chunked": 0.0, "v1": 40.0, "v1_019": 22.0}
+SAMPLER_BYTES_PER_LOGIT = {"v0": 36.0, "v0_chunked": 0.0, "v1": 40.0, "v1_019": 22.0}
 # Fraction of the per-token forward working set (MLP and attention
 # intermediates at the model dtype) torch still holds at the peak; < 1
 # because torch.compile fuses and frees intermediates.
