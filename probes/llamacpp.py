@@ -7,10 +7,14 @@ possible on a CPU-only machine without downloading any model:
 * locating (or building once) ``llama-server`` from the llama.cpp sources
   vendored in the pinned llama-cpp-python sdist on PyPI, cached per version in
   the user's cache directory;
-* ``write_test_model``: a tiny llama-architecture GGUF with random weights and
-  an embedded tokenizer and chat template, deterministic from a seed, built so
-  that it never samples end-of-text and every token decodes to visible text
-  (output lengths are exactly ``max_tokens``, one streamed chunk per token);
+* ``write_test_model``: a small llama-architecture GGUF (about 40M parameters,
+  80 MB in f16) with random weights and an embedded tokenizer and chat
+  template, deterministic from a seed, built so that it never samples
+  end-of-text and every token decodes to visible text (output lengths are
+  exactly ``max_tokens``, one streamed chunk per token). It is sized so that
+  one decode step takes a few milliseconds on one CPU core: long enough that
+  the gaps between streamed tokens stand well above scheduler noise, short
+  enough that a whole test run takes seconds;
 * ``LlamaServer``: starts the server on a free loopback port with parallel
   slots, ``/metrics`` and prompt caching off, waits for ``/health`` and stops
   it by PID.
@@ -278,35 +282,67 @@ CHAT_TEMPLATE = (
 _N_SPECIAL = 3  # <unk>, <s>, </s>
 _N_BYTES = 256  # <0x00> .. <0xFF>: SentencePiece byte fallback, so any text tokenizes
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
+# Common English words get a piece of their own, as in any real vocabulary, so
+# ordinary text costs about one token per word (the probe's prompt-length
+# calibration sees a realistic ratio).
+_COMMON_WORDS = (  # noqa: SIM905 - a word list reads better as text
+    "the of and to in is for on that with as by at from this be are was it or an not but "
+    "have has had all can one more new time will which their use also its may first any over "
+    "about after two most some such these other into only many they than made make well work "
+    "way year long part good best each high world great small large state under people water "
+    "place point house case week company number group problem fact hand system program "
+    "question government night money story month book right study line a i you he she we his "
+    "her our your my me him them what when where who why how there here then now just like "
+    "so if up out no yes do does did get got go going come came see saw know think take give "
+    "tell ask find want need feel try leave call keep let begin seem help show hear play run "
+    "move live believe bring happen write provide sit stand lose pay meet include continue "
+    "set learn change lead understand watch follow stop create speak read allow add spend "
+    "grow open walk win offer remember love consider appear buy wait serve die send expect "
+    "build stay fall cut reach kill remain day man woman child life thing back three last "
+    "own old big little different same next early young important few public bad able very "
+    "much even still too never always often again really most down off through between "
+    "during before without against among"
+).split()
 
 
 def _word_pieces(n: int, rng: Any) -> list[str]:
-    """``n`` distinct pieces: single letters, then "▁"-prefixed pseudo-words.
+    """``n`` distinct pieces: letters, "▁"-letters, common words, then random pseudo-words.
 
-    Every piece decodes to plain ASCII, so each generated token streams as its
-    own chunk (no held-back partial UTF-8) and can never start a stop string.
+    llama.cpp's SentencePiece tokenizer builds a word by merging adjacent
+    pieces, so a word is reachable only if every prefix of it ("▁t", "▁th",
+    "▁the") is a piece too; the common words come with their prefixes. Every
+    piece decodes to plain ASCII, so each generated token streams as its own
+    chunk (no held-back partial UTF-8) and can never start a stop string.
     """
     pieces: list[str] = list(_LETTERS) + ["▁" + c for c in _LETTERS]
     seen = set(pieces)
+    for word in _COMMON_WORDS:
+        piece = "▁" + word
+        for end in range(2, len(piece) + 1):
+            if piece[:end] not in seen:
+                seen.add(piece[:end])
+                pieces.append(piece[:end])
+    if len(pieces) > n:
+        raise ValueError(f"n_vocab is too small for the common words ({len(pieces)} pieces needed)")
     while len(pieces) < n:
         length = int(rng.integers(2, 7))
         word = "▁" + "".join(_LETTERS[int(i)] for i in rng.integers(0, 26, size=length))
         if word not in seen:
             seen.add(word)
             pieces.append(word)
-    return pieces[:n]
+    return pieces
 
 
 def write_test_model(
     path: str | Path,
     seed: int = 0,
     *,
-    n_vocab: int = 1024,
-    n_layer: int = 4,
-    n_embd: int = 256,
+    n_vocab: int = 8192,
+    n_layer: int = 8,
+    n_embd: int = 512,
     n_head: int = 8,
     n_head_kv: int = 2,
-    n_ff: int = 768,
+    n_ff: int = 2048,
     n_ctx_train: int = 4096,
     dtype: str = "f16",
 ) -> GeneratedModel:
@@ -453,14 +489,17 @@ class LlamaServer:
     repeated prompt is prefilled every time and latencies repeat; ``--ignore-eos``
     backs up the model's own guarantee that outputs run to ``max_tokens``.
     ``ctx_per_slot`` tokens of KV cache are reserved for each of the
-    ``n_parallel`` slots.
+    ``n_parallel`` slots (4096 leaves room for the probe's 512-word
+    calibration prompt). One compute thread by default: on a 2-core machine the
+    other core stays free for the server's HTTP thread and the probe, so the
+    timestamps on both sides are not late by a time slice.
     """
 
     model_path: Path
     binary: Path | None = None
     n_parallel: int = 4
-    ctx_per_slot: int = 512
-    threads: int = 2
+    ctx_per_slot: int = 4096
+    threads: int = 1
     alias: str = "inferwise-test"
     extra_args: tuple[str, ...] = ()
     startup_timeout_s: float = 60.0
@@ -493,8 +532,8 @@ class LlamaServer:
             "--no-cache-prompt",
             "--cache-ram", "0",
             "--ignore-eos",
-            "--no-warmup",
             "--jinja",
+            "--no-ui",
             *self.extra_args,
         ]  # fmt: skip
 

@@ -78,3 +78,37 @@ def start_llama_server(
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def probe_engine(tmp_path: Path) -> Callable[..., tuple[object, list[object]]]:
+    """Run the real probe (``run_probe``) against a server; return the result and the stored records.
+
+    Small, bounded runs: short synthetic prompts and outputs, metrics scraped
+    every 0.2 s, everything in a per-test run database.
+    """
+    import asyncio
+
+    from inferwise.probes.runner import ProbeRequest, run_probe
+    from inferwise.probes.store import RunStore
+
+    db = tmp_path / "runs.db"
+
+    def probe(server: LlamaServer, progress: object = None, **overrides: object):
+        settings: dict[str, object] = {
+            "url": server.base_url,
+            "db": str(db),
+            "requests": 8,
+            "input_tokens": 48,
+            "output_tokens": 32,
+            "metrics_interval_s": 0.2,
+            "label": {"engine": "llama.cpp", "slots": str(server.n_parallel)},
+        }
+        settings.update(overrides)
+        result = asyncio.run(run_probe(ProbeRequest(**settings), progress=progress))  # type: ignore[arg-type]
+        with RunStore(db) as store:
+            records = store.requests(result.run_id)
+        return result, records
+
+    probe.db = db  # type: ignore[attr-defined]
+    return probe

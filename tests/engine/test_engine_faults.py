@@ -1,0 +1,90 @@
+"""A real server process dying in the middle of a probe run.
+
+The server is SIGKILLed half a request's length after a fixed number of
+requests finished (timed from the probe's own progress callback, with the
+request length read back from the run store), so the streams in flight are
+cut mid-way and every later request finds the port closed. The run must
+neither crash nor call itself interrupted (the client was not stopped); it is
+complete but partly failed, with every finished request kept and the
+failures classified.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+
+import pytest
+
+pytestmark = pytest.mark.engine
+
+KILL_AFTER = 4
+REQUESTS = 16
+CONCURRENCY = 4
+OUTPUT_TOKENS = 48
+
+
+def test_killing_the_server_mid_run_keeps_finished_requests_and_classifies_the_rest(
+    start_llama_server, probe_engine
+) -> None:
+    from inferwise.probes.store import RunStore
+
+    server = start_llama_server()
+    killed_at: list[float] = []
+
+    async def progress(done: float, total: float | None, message: str) -> None:
+        if done >= KILL_AFTER and not killed_at:
+            killed_at.append(done)
+            with RunStore(probe_engine.db) as store:
+                (run,) = store.list_runs(limit=1)
+                e2e_ms = statistics.median(r.e2e_ms for r in store.requests(run.run_id) if r.ok)
+            # the next wave has just started: kill it half-way through its streams
+            asyncio.get_running_loop().call_later(e2e_ms / 2000.0, server.kill)
+
+    result, records = probe_engine(
+        server,
+        progress=progress,
+        concurrency=CONCURRENCY,
+        requests=REQUESTS,
+        output_tokens=OUTPUT_TOKENS,
+        connect_timeout_s=2.0,
+        read_timeout_s=10.0,
+    )
+    assert killed_at, "the server was never killed"
+    assert server.process is not None and server.process.poll() is not None
+
+    # not interrupted (nobody stopped the client), not lost: a complete run with failures
+    assert result.status == "complete"
+    assert not result.all_failed
+    measured = [r for r in records if not r.warmup]
+    assert len(measured) == REQUESTS, "a request went missing from the store"
+    ok = [r for r in measured if r.ok]
+    failed = [r for r in measured if not r.ok]
+    assert len(ok) >= KILL_AFTER and failed
+    assert result.summary.completed == len(ok) and result.summary.failed == len(failed)
+    for rec in ok:  # finished requests are whole
+        assert rec.output_tokens == OUTPUT_TOKENS and rec.server_timings
+
+    classes = {r.error_class for r in failed}
+    # streams in flight were cut; requests sent afterwards were refused
+    assert classes <= {"stream_cut", "connect_refused"}, classes
+    assert "connect_refused" in classes
+    cut = [r for r in failed if r.error_class == "stream_cut"]
+    assert cut, "no stream was in flight when the server died"
+    # a cut stream keeps its partial timings: it got a first token, not the whole output
+    assert any(
+        r.first_token_s is not None and 0 < len(r.chunk_times_s) < OUTPUT_TOKENS for r in cut
+    )
+
+    # the summary says what happened, class by class, with an example message each
+    by_class = {e.error_class: e for e in result.errors}
+    assert sum(e.count for e in result.errors) == len(failed)
+    for cls in classes:
+        assert by_class[cls].examples and by_class[cls].examples[0]
+    assert result.summary.errors == {c: by_class[c].count for c in classes}
+
+    # the stored run reads back the same after the fact
+    with RunStore(probe_engine.db) as store:
+        stored = store.get_run(result.run_id)
+        assert stored.status == "complete"
+        assert len(store.requests(result.run_id)) == REQUESTS

@@ -1,0 +1,129 @@
+"""The probe against a real engine: token truth and timing truth.
+
+llama.cpp reports its own view of every request in the final streamed chunk
+(``timings``: ``prompt_n``, ``prompt_ms`` from slot start to the end of the
+prefill, ``predicted_n``, ``predicted_ms`` from the first to the last token and
+``predicted_per_token_ms`` = ``predicted_ms / (predicted_n - 1)``). The probe's
+numbers must agree with that view where both measure the same interval, and
+where they differ the difference must be the thing the client sees and the
+server does not: HTTP and scheduling overhead, and waiting for a free slot.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from inferwise.probes.llamacpp import LlamaServer
+
+pytestmark = pytest.mark.engine
+
+# Tolerances, stated once. The client and the server share 2 CPU cores, so a
+# timestamp on either side can be late by a scheduler time slice.
+# ITL: the client's mean gap over a request vs the server's predicted_per_token_ms
+# (the same first-to-last-token interval, seen from both ends of the socket).
+ITL_TOL_MS = 1.0
+ITL_TOL_REL = 0.10
+# TTFT at concurrency 1: client TTFT minus the server's prefill time is what the
+# server does not time: sending and parsing the request, tokenising, the chat
+# template, waking the slot, sending the first chunk and the client reading it.
+TTFT_OVERHEAD_MAX_MS = 25.0
+# A queued request starts its prefill when a slot frees, i.e. when another
+# request ends; client-side those two instants agree within this margin.
+SLOT_HANDOFF_TOL_MS = 40.0
+
+
+def _client_itl_ms(rec) -> float:
+    times = rec.chunk_times_s
+    return (times[-1] - times[0]) * 1000.0 / (len(times) - 1)
+
+
+def _itl_agrees(client_ms: float, server_ms: float) -> bool:
+    return abs(client_ms - server_ms) <= ITL_TOL_MS + ITL_TOL_REL * server_ms
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_token_truth_every_request_counts_what_the_server_generated(
+    llama_server: LlamaServer, probe_engine, endpoint: str
+) -> None:
+    result, records = probe_engine(
+        llama_server, endpoint=endpoint, concurrency=2, requests=6, output_tokens=24
+    )
+    assert result.status == "complete" and not result.errors
+    measured = [r for r in records if not r.warmup]
+    assert len(measured) == 6 and all(r.ok for r in measured)
+    for rec in measured:
+        timings = rec.server_timings
+        assert timings, "the probe did not keep llama.cpp's timings"
+        # usage.completion_tokens (the probe's count) == what the engine decoded == max_tokens
+        assert rec.output_tokens == int(timings["predicted_n"]) == 24
+        assert rec.input_tokens == int(timings["prompt_n"])
+        assert not rec.tokens_approximate
+        # one chunk per token, so the per-chunk accounting adds up too
+        assert len(rec.chunk_times_s) == 24 and sum(rec.chunk_tokens) == 24
+    assert result.summary.total_output_tokens == 6 * 24
+
+
+def test_calibrated_prompts_hit_their_target_length(
+    llama_server: LlamaServer, probe_engine
+) -> None:
+    """The vocabulary has common words, so the probe's calibration lands close to the target."""
+    result, records = probe_engine(llama_server, requests=4, input_tokens=96, output_tokens=4)
+    assert result.calibration.calibrated
+    for rec in records:
+        assert abs(rec.input_tokens - 96) <= 96 * 0.15, rec.input_tokens
+
+
+def test_timing_truth_at_concurrency_1(llama_server: LlamaServer, probe_engine) -> None:
+    result, records = probe_engine(llama_server, concurrency=1, requests=8, output_tokens=32)
+    recs = [r for r in records if r.ok and not r.warmup]
+    assert len(recs) == 8
+    itl_pairs = [(_client_itl_ms(r), r.server_timings["predicted_per_token_ms"]) for r in recs]
+    bad = [p for p in itl_pairs if not _itl_agrees(*p)]
+    assert len(bad) <= 1, f"client vs server ITL disagree: {bad}"
+    overhead = [r.ttft_ms - r.server_timings["prompt_ms"] for r in recs]
+    # the client can never see the first token before the server finished the prefill
+    assert min(overhead) > 0, overhead
+    assert statistics.median(overhead) <= TTFT_OVERHEAD_MAX_MS, overhead
+    # the headline ITL (per-token gaps pooled over requests) is the server's per-token time
+    server_median = statistics.median(s for _, s in itl_pairs)
+    assert result.summary.itl_ms.p50 == pytest.approx(server_median, rel=0.25, abs=1.0)
+
+
+def test_timing_at_concurrency_8_differs_by_the_wait_for_a_slot(
+    llama_server: LlamaServer, probe_engine
+) -> None:
+    """8 streams on 4 slots: half the requests wait, and the wait explains their extra TTFT.
+
+    The server's ``prompt_ms`` starts when a slot takes the request, so
+    ``first token - prompt_ms`` is when the slot was assigned, in client time.
+    For a request that waited, that instant must be the end of another request
+    (its slot was handed over); ITL still agrees request by request.
+    """
+    n_slots = llama_server.n_parallel
+    result, records = probe_engine(
+        llama_server, concurrency=2 * n_slots, requests=16, output_tokens=24
+    )
+    recs = [r for r in records if r.ok and not r.warmup]
+    assert len(recs) == 16
+    ends = sorted(r.end_s for r in recs)
+    waited = 0
+    for rec in recs:
+        slot_start_s = rec.first_token_s - rec.server_timings["prompt_ms"] / 1000.0
+        wait_ms = (slot_start_s - rec.start_s) * 1000.0
+        assert wait_ms > -SLOT_HANDOFF_TOL_MS, wait_ms
+        if wait_ms > TTFT_OVERHEAD_MAX_MS:
+            waited += 1
+            gap_ms = min(abs(slot_start_s - e) for e in ends) * 1000.0
+            assert gap_ms <= SLOT_HANDOFF_TOL_MS, (
+                f"request {rec.index} waited {wait_ms:.0f} ms but no request ended when its slot started"
+            )
+    # closed loop at 2x the slots: after the first wave every request queues
+    assert waited >= len(recs) - 2 * n_slots, waited
+    bad = [
+        (_client_itl_ms(r), r.server_timings["predicted_per_token_ms"])
+        for r in recs
+        if not _itl_agrees(_client_itl_ms(r), r.server_timings["predicted_per_token_ms"])
+    ]
+    assert len(bad) <= 2, f"client vs server ITL disagree at concurrency 8: {bad}"
