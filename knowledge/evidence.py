@@ -473,7 +473,9 @@ def _calculator_facts(a: Analysis) -> None:
             a.put("budget.feasible", budget.result.get("feasible"), "computed")
     peak = a.value("derived.peak_rate_rps")
     replicas = a.value("derived.replicas") or 1
-    capacity = a.value("budget.max_rate_under_slo") or a.value("predicted.max_requests_per_s")
+    capacity = a.value("budget.max_rate_under_slo")
+    if capacity is None or capacity <= 0:  # 0 = no rate meets the SLO; fall back to saturation
+        capacity = a.value("predicted.max_requests_per_s")
     if peak and capacity:
         a.put("derived.peak_over_capacity", peak / (capacity * replicas), "derived")
 

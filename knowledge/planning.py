@@ -392,6 +392,10 @@ def _sizing(a: Analysis) -> list[Candidate]:
                     bud = run_budget(wl, inp, out, **over)
                     if bud.result:
                         c.max_rate_under_slo = bud.result.get("max_rate_under_slo")
+                        if bud.result.get("feasible") is False:
+                            c.notes.append(
+                                f"SLO not met at the design load; binding stage: {bud.result.get('binding')}"
+                            )
                     else:
                         c.notes += bud.notes
             capacity = c.max_rate_under_slo or c.saturation_requests_per_s

@@ -173,32 +173,36 @@ def run_predict(
 def run_budget(
     workload: Workload, input_tokens: float, output_tokens: float, **override: Any
 ) -> CalcOutcome:
-    """The latency budget for the workload's SLOs; the SLO keys are mapped onto whatever
-    field names the budget calculator exposes (``<metric>_p95_ms`` style or nested)."""
+    """The latency budget for the workload's SLOs at its mean rate and peak factor."""
     kwargs = deployment_kwargs(workload, **override)
     kwargs["input_tokens"] = max(1, int(round(input_tokens)))
     kwargs["output_tokens"] = max(1, int(round(output_tokens)))
     t = workload.traffic
-    if t is not None and t.arrival_rate_rps:
-        kwargs["request_rate"] = t.arrival_rate_rps * (t.peak_to_mean or 1.0)
-        kwargs["arrival_rate_rps"] = kwargs["request_rate"]
+    if t is not None:
+        if t.arrival_rate_rps:
+            kwargs["request_rate"] = t.arrival_rate_rps
+        if t.peak_to_mean:
+            kwargs["peak_to_mean"] = t.peak_to_mean
+        for name, dist in (
+            ("input_tokens_p95", t.input_tokens),
+            ("output_tokens_p95", t.output_tokens),
+        ):
+            if dist is not None and dist.p95 is not None and dist.p95 >= kwargs[name[:-4]]:
+                kwargs[name] = int(dist.p95)
+    if workload.product is not None and workload.product.streaming is not None:
+        kwargs["streaming"] = workload.product.streaming
     slo = workload.slo
     if slo is not None:
-        for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        for metric in ("ttft_ms", "itl_ms", "e2e_ms"):
             pct = getattr(slo, metric)
-            if pct is None:
-                continue
-            values = {
-                k: getattr(pct, k)
-                for k in ("p50", "p90", "p95", "p99")
-                if getattr(pct, k) is not None
-            }
-            base = metric.removesuffix("_ms")
-            kwargs[f"{base}_ms"] = values
-            kwargs[f"slo_{base}_ms"] = values
-            for k, v in values.items():
-                kwargs[f"{base}_{k}_ms"] = v
-                kwargs[f"slo_{base}_{k}_ms"] = v
+            if pct is not None:
+                values = {
+                    k: getattr(pct, k)
+                    for k in ("p50", "p90", "p95", "p99")
+                    if getattr(pct, k) is not None
+                }
+                if values:
+                    kwargs[f"slo_{metric}"] = values
     return _call(
         "budget", "inferwise.calculators.budget", "BudgetRequest", "decompose_budget", kwargs
     )
