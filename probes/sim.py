@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from inferwise.calculators.deployment import Deployment
+from inferwise.calculators.deployment import Deployment, Dtype, KvCacheDtype
 from inferwise.calculators.errors import InputError, OperationalError
 
 _D = Deployment.model_fields
@@ -74,8 +74,15 @@ class SimConfig(BaseModel):
         default=0.9, gt=0, le=1, description=_desc("gpu_memory_utilization")
     )
     quantization: str | None = Field(default=None, description=_desc("quantization"))
-    kv_cache_dtype: str = Field(default="auto", description=_desc("kv_cache_dtype"))
+    pipeline_parallel_size: int = Field(
+        default=1, ge=1, le=128, description=_desc("pipeline_parallel_size")
+    )
+    dtype: Dtype = Field(default="auto", description=_desc("dtype"))
+    kv_cache_dtype: KvCacheDtype = Field(default="auto", description=_desc("kv_cache_dtype"))
+    block_size: int | None = Field(default=None, ge=1, le=1024, description=_desc("block_size"))
+    enforce_eager: bool = Field(default=False, description=_desc("enforce_eager"))
     engine: Literal["vllm", "sglang"] = Field(default="vllm", description=_desc("engine"))
+    engine_version: str | None = Field(default=None, description=_desc("engine_version"))
     max_model_len: int | None = Field(
         default=None,
         ge=16,
@@ -193,6 +200,25 @@ def check_host(config: SimConfig) -> None:
         )
 
 
+def deployment_of(config: SimConfig) -> Deployment | None:
+    """The deployment whose roofline times the engine, or None in fixed-schedule mode."""
+    if config.model is None:
+        return None
+    from pydantic import ValidationError
+
+    fields = {
+        name: getattr(config, name)
+        for name in Deployment.model_fields
+        if name in SimConfig.model_fields
+    }
+    try:
+        return Deployment(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first.get("loc") else "model"
+        raise InputError(field, first.get("msg", "invalid")) from None
+
+
 def build_app(config: SimConfig) -> Any:
     """The ASGI app, with the timing model resolved now so bad deployments fail before binding."""
     from inferwise.probes.sim_engine import FixedTiming, SimEngine
@@ -205,19 +231,8 @@ def build_app(config: SimConfig) -> Any:
     if config.model is not None:
         from inferwise.calculators.roofline import StepModel
 
-        dep = Deployment(
-            model=config.model,
-            gpu=config.gpu,
-            gpu_memory_gib=config.gpu_memory_gib,
-            tensor_parallel_size=config.tensor_parallel_size,
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            quantization=config.quantization,
-            kv_cache_dtype=config.kv_cache_dtype,  # type: ignore[arg-type]
-            engine=config.engine,
-            max_model_len=config.max_model_len,
-            max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-        )
+        dep = deployment_of(config)
+        assert dep is not None
         step = StepModel.from_deployment(dep)
         timing = step
         max_num_seqs = int(step.max_num_seqs)

@@ -95,7 +95,16 @@ def output_token(seq_seed: int, i: int) -> str:
 
 
 class Timing(Protocol):
-    def step_ms(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float: ...
+    """The roofline StepModel's signature; see calculators/roofline.py for the arguments."""
+
+    def step_ms(
+        self,
+        prefill_tokens: int,
+        decode_seqs: int,
+        kv_tokens: int,
+        prefill_pairs: float | None = None,
+        sampled: int | None = None,
+    ) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -111,7 +120,14 @@ class FixedTiming:
     itl_ms: float
     itl_per_seq_ms: float = 0.0
 
-    def step_ms(self, prefill_tokens: int, decode_seqs: int, kv_tokens: int) -> float:
+    def step_ms(
+        self,
+        prefill_tokens: int,
+        decode_seqs: int,
+        kv_tokens: int,
+        prefill_pairs: float | None = None,
+        sampled: int | None = None,
+    ) -> float:
         if prefill_tokens > 0:
             return self.ttft_ms + self.itl_per_seq_ms * decode_seqs
         return self.itl_ms + self.itl_per_seq_ms * max(decode_seqs - 1, 0)
@@ -348,10 +364,7 @@ class SimEngine:
                     await asyncio.wait_for(self._wake.wait(), timeout=0.05)
                 next_t = loop.time()
                 continue
-            prefill_tokens = sum(n for _, n in prefill)
-            step_s = (
-                max(self.timing.step_ms(prefill_tokens, len(decode), self.kv_used), 0.0) / 1000.0
-            )
+            step_s = max(self._step_ms(decode, prefill), 0.0) / 1000.0
             now = loop.time()
             if next_t < now - 0.010:
                 # far behind (a busy CPU, a GC pause): go on from here rather than burst steps to catch up
@@ -361,6 +374,19 @@ class SimEngine:
             if delay > 0:
                 await asyncio.sleep(delay)
             self._finish_step(decode, prefill, time.monotonic())
+
+    def _step_ms(self, decode: list[Sequence], prefill: list[tuple[Sequence, int]]) -> float:
+        """Ask the timing model, with the attention work the roofline needs spelled out.
+
+        Decode sequences attend to their whole context; a prefill chunk of n
+        tokens after `done` tokens of its prompt (computed or from the prefix
+        cache) attends to those and, causally, to itself: n*done + n*n/2 pairs.
+        """
+        prefill_tokens = sum(n for _, n in prefill)
+        kv_tokens = sum(s.kv_tokens for s in decode) + sum(s.prefilled for s, _ in prefill)
+        pairs = sum(n * s.prefilled + n * n / 2.0 for s, n in prefill)
+        sampled = len(decode) + sum(1 for s, n in prefill if s.prefilled + n >= s.prefill_target)
+        return self.timing.step_ms(prefill_tokens, len(decode), kv_tokens, pairs, sampled)
 
     def _drop_cancelled(self) -> None:
         if any(s.cancelled for s in self.waiting):

@@ -139,3 +139,25 @@ def test_goodput_is_compared_when_there_is_an_slo(tmp_path):
     g = _by_key(c)[("goodput", "rate")]
     assert g.baseline > g.candidate
     assert g.verdict == "worse"
+
+
+def test_a_run_where_everything_failed_is_not_comparable_rather_than_an_error(tmp_path):
+    db = tmp_path / "runs.db"
+    failed = [
+        RequestRecord(
+            index=i,
+            ok=False,
+            start_s=i * 0.1,
+            error_class="connect_refused",
+            error_message="refused",
+        )
+        for i in range(10)
+    ]
+    with RunStore(db) as store:
+        base = store_run(store, synthetic_records(50, seed=11))
+        cand = store_run(store, failed)
+    (c,) = compare_runs(
+        CompareRunsRequest(run_ids=[base, cand], db=str(db), resamples=200)
+    ).candidates
+    assert c.completed == 0 and c.failed == 10
+    assert {m.verdict for m in c.metrics} == {"not comparable"}
