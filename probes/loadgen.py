@@ -98,9 +98,11 @@ async def open_loop(
     first_index: int,
     max_in_flight: int,
     deadline: float | None,
+    indices: list[int] | None = None,
 ) -> None:
     """Send request k at origin + schedule[k]; never more than `max_in_flight` at once
-    (a full pipe makes the next sends late, which the records show)."""
+    (a full pipe makes the next sends late, which the records show). `indices` names
+    the requests when this loop sends only a share of a schedule (worker processes)."""
     slots = asyncio.Semaphore(max_in_flight)
     loop = asyncio.get_running_loop()
 
@@ -120,4 +122,4 @@ async def open_loop(
             if delay > 0:
                 await asyncio.sleep(delay)
             await slots.acquire()
-            tg.create_task(one(first_index + k, at))
+            tg.create_task(one(indices[k] if indices is not None else first_index + k, at))

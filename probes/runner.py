@@ -187,6 +187,12 @@ class ProbeRequest(BaseModel):
     metrics_interval_s: float = Field(
         1.0, ge=0, description="Scrape the server's /metrics this often (0 = never)."
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Client processes sharing the measured load (each its own event loop); raise it when the summary says the client was saturated.",
+    )
     preconnect: bool = Field(
         True,
         description="Open the connections before the clock starts, so TCP/TLS set-up is not counted in TTFT (clients keep connections alive).",
@@ -547,6 +553,50 @@ async def _run_point(
         scraper = _ScrapeThread(ctx, run_id, origin, server_last, notes)
         scraper.start()
 
+    worker_lag: list[float] = []
+
+    async def drive_in_workers() -> None:
+        from inferwise.probes.workers import drive_workers
+
+        async def on_worker_record(rec: RequestRecord, err: float | None) -> None:
+            if err is not None:
+                ctx.workload_errors.append(err)
+            await on_record(rec)
+
+        w = ctx.workload
+        setup = {
+            "req": req.model_dump(mode="json"),
+            "model": ctx.model,
+            "ignore_eos": ctx.ignore_eos,
+            "continuous_usage": ctx.continuous_usage,
+            "calibration": [w.overhead_tokens, w.tokens_per_word] if w.calibrated else None,
+            "connect_host": ctx.pool.target.connect_host,
+            "origin": origin,
+            "preconnect": req.preconnect,
+        }
+        cap = requests if requests is not None else req.max_requests - req.warmup_requests
+        schedule = None
+        if rate is not None:
+            schedule = arrival_schedule(
+                rate, req.burstiness, count=cap, duration_s=duration_s, seed=req.seed
+            )
+        worker_lag.extend(
+            await drive_workers(
+                n=req.workers,
+                setup=setup,
+                mode="closed" if rate is None else "open",
+                concurrency=concurrency or 1,
+                first_index=req.warmup_requests,
+                count=cap,
+                schedule=schedule,
+                origin=origin,
+                duration_s=duration_s,
+                max_in_flight=req.max_concurrency,
+                on_record=on_worker_record,
+                notes=notes,
+            )
+        )
+
     async def drive() -> None:
         if req.warmup_requests:
             await closed_loop(
@@ -558,6 +608,9 @@ async def _run_point(
                 deadline=None,
                 warmup=True,
             )
+        if req.workers > 1:
+            await drive_in_workers()
+            return
         if req.preconnect:
             await ctx.pool.preconnect(min(concurrency or 8, req.max_concurrency), ctx.timeouts)
         lag.start()
@@ -605,6 +658,8 @@ async def _run_point(
             status = "interrupted"
         elif task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
+        elif stop.is_set():
+            status = "interrupted"
     except asyncio.CancelledError:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -612,7 +667,13 @@ async def _run_point(
         ctx.store.finish_run(
             run_id,
             "interrupted",
-            summarize(records, slo=req.slo, window_s=None, loop_lag_ms=lag.stop()),
+            summarize(
+                records,
+                slo=req.slo,
+                window_s=None,
+                loop_lag_ms=worker_lag or lag.stop(),
+                workers=req.workers,
+            ),
         )
         raise
     finally:
@@ -623,7 +684,13 @@ async def _run_point(
         notes.append(
             f"interrupted: {len(records)} finished requests kept, requests in flight were cancelled"
         )
-    summary = summarize(records, slo=req.slo, window_s=None, loop_lag_ms=lag.stop())
+    summary = summarize(
+        records,
+        slo=req.slo,
+        window_s=None,
+        loop_lag_ms=worker_lag or lag.stop(),
+        workers=req.workers,
+    )
     measured = [r for r in records if not r.warmup]
     if measured and summary.completed == 0 and status == "complete":
         status = "failed"

@@ -29,8 +29,9 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from inferwise.probes.records import RequestRecord
 from pydantic import BaseModel, ConfigDict, Field
+
+from inferwise.probes.records import RequestRecord
 
 SLO_KEYS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 

@@ -307,8 +307,11 @@ def test_cli_exit_codes(server, tmp_path, capsys) -> None:
         assert len(lines) == 1 and "Traceback" not in err, err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_keeps_finished_rows_and_marks_the_run(tmp_path, sig) -> None:
+@pytest.mark.parametrize(
+    ("sig", "workers"),
+    [(signal.SIGINT, 1), (signal.SIGTERM, 1), (signal.SIGINT, 2), (signal.SIGTERM, 2)],
+)
+def test_interrupt_keeps_finished_rows_and_marks_the_run(tmp_path, sig, workers) -> None:
     db = tmp_path / "r.db"
     with RefServer(ttft_lo_ms=20, ttft_hi_ms=20, itl_ms=10) as srv:
         proc = subprocess.Popen(
@@ -329,10 +332,13 @@ def test_interrupt_keeps_finished_rows_and_marks_the_run(tmp_path, sig) -> None:
                 "--json",
                 "--metrics-interval-s",
                 "0",
+                "--workers",
+                str(workers),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 20
         rows = 0
@@ -341,7 +347,8 @@ def test_interrupt_keeps_finished_rows_and_marks_the_run(tmp_path, sig) -> None:
             if db.exists():
                 with sqlite3.connect(db) as con, __import__("contextlib").suppress(sqlite3.Error):
                     rows = con.execute("select count(*) from requests").fetchone()[0]
-        proc.send_signal(sig)
+        # like Ctrl-C in a terminal: the signal goes to the whole process group (workers too)
+        os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=20)
     assert "Traceback" not in err
     result = json.loads(out)
@@ -408,3 +415,18 @@ def test_signal_handlers_are_put_back_after_a_run(server, tmp_path) -> None:
     inside, after_int, after_term, res = asyncio.run(main())
     assert res.summary.completed == 1
     assert after_int == inside and after_term == before[1]
+
+
+@pytest.mark.parametrize("shape", [{"concurrency": 6}, {"request_rate": 60.0}])
+def test_worker_processes_share_the_load_and_every_request_is_stored_once(
+    server, tmp_path, shape
+) -> None:
+    db = str(tmp_path / "r.db")
+    res = probe(url=server.base_url, requests=24, output_tokens=4, workers=2, db=db, **shape)
+    rows = RunStore(db).requests(res.run_id)
+    assert sorted(r.index for r in rows) == list(range(24))
+    assert res.summary.completed == 24 and res.summary.client_health.workers == 2
+    assert res.summary.client_health.loop_lag_ms.count > 0  # the children's samples
+    if "request_rate" in shape:
+        assert all(r.scheduled_s is not None for r in rows)
+        assert res.summary.client_health.schedule_delay_ms.count == 24
