@@ -264,6 +264,7 @@ _NAMES: dict[str, dict[str, tuple[list[str], str]]] = {
         "requests_waiting": (["llamacpp:requests_deferred"], "sum"),
         "kv_cache_usage": (["llamacpp:kv_cache_usage_ratio"], "mean"),
         "kv_cache_tokens": (["llamacpp:kv_cache_tokens"], "sum"),
+        "prefix_cache_hits": (["llamacpp:prompt_tokens_cached_total"], "sum"),
         "prompt_tokens": (["llamacpp:prompt_tokens_total"], "sum"),
         "generation_tokens": (["llamacpp:tokens_predicted_total"], "sum"),
     },
@@ -309,6 +310,9 @@ def normalize(samples: Iterable[Sample], engine: str | None = None) -> dict[str,
             if values:
                 out[concept] = sum(values) if fold == "sum" else sum(values) / len(values)
                 break
+    if engine == "llamacpp" and "prefix_cache_hits" in out and "prompt_tokens" in out:
+        # llama.cpp counts computed prompt tokens apart from cached ones; a look-up covers both
+        out["prefix_cache_queries"] = out["prompt_tokens"] + out["prefix_cache_hits"]
     return out
 
 

@@ -74,6 +74,16 @@ def test_llamacpp_page():
     assert all(s.labels == {} for s in samples)
 
 
+def test_recorded_llamacpp_page_under_load():
+    """A real llama-server (llama-cpp-python 0.3.36's vendored build): 2 slots busy, 3 requests deferred."""
+    samples = _page("llamacpp_recorded.txt")
+    c = normalize(samples)
+    assert c["requests_running"] == 2 and c["requests_waiting"] == 3
+    assert "kv_cache_usage" not in c  # this build dropped the KV gauges
+    assert c["prefix_cache_hits"] == 0 and c["prefix_cache_queries"] == c["prompt_tokens"] == 288
+    assert {s.type for s in samples if s.name.endswith("_total")} == {"counter"}
+
+
 def test_newer_llamacpp_without_kv_gauges_has_no_kv_concept():
     text = "\n".join(
         line for line in (DATA / "llamacpp.txt").read_text().splitlines() if "kv_cache" not in line
