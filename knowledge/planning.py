@@ -965,6 +965,12 @@ def plan_experiments(req: PlanRequest) -> PlanResult:
         assumptions.append(
             "deployment.tensor_parallel_size is not stated: tensor parallelism 1 is assumed for computations on the stated deployment."
         )
+    if wl.traffic is not None and wl.traffic.agentic_steps:
+        assumptions.append(
+            f"Agentic flow: latency targets and probes here are per LLM call; each task makes "
+            f"{wl.traffic.agentic_steps} calls, so budget whole tasks with `inferwise budget` "
+            "--agent-steps (tool latencies and retries included) before accepting."
+        )
     if not hyps:
         assumptions.append(
             "No bottleneck hypothesis has evidence yet; the plan establishes the measurements that will produce one."

@@ -221,3 +221,43 @@ def test_workload_may_be_passed_as_an_object_as_mcp_clients_do():
     with pytest.raises(InputError) as info:
         plan_experiments(PlanRequest(workload={"traffic": {"arrival_rate_rps": -2}}))
     assert info.value.field == "workload.traffic.arrival_rate_rps"
+
+
+def test_a_stored_run_supplies_the_measured_baseline(tmp_path):
+    from inferwise.probes.records import RequestRecord
+    from inferwise.probes.store import RunStore
+    from inferwise.probes.summary import summarize
+
+    records = []
+    for i in range(30):
+        start = i * 0.1
+        chunks = [start + 0.9 + 0.03 * k for k in range(40)]
+        records.append(
+            RequestRecord(
+                index=i,
+                ok=True,
+                start_s=start,
+                first_token_s=chunks[0],
+                end_s=chunks[-1],
+                input_tokens=800,
+                output_tokens=40,
+                chunk_times_s=chunks,
+                chunk_tokens=[1] * 40,
+            )
+        )
+    db = tmp_path / "runs.db"
+    with RunStore(db) as store:
+        run_id = store.create_run(config={"concurrency": 8})
+        store.add_requests(run_id, records)
+        store.finish_run(run_id, "complete", summarize(records))
+    p = plan_experiments(
+        PlanRequest(workload='{"slo": {"ttft_ms": {"p95": 500}}}', run=run_id, db=str(db))
+    )
+    assert p.mode == "diagnostic"
+    base = {b.metric: b for b in p.baseline}
+    assert base["ttft_ms.p95"].source == "measured"
+    assert base["ttft_ms.p95"].value == pytest.approx(900, rel=0.05)
+    assert run_id in base["ttft_ms.p95"].note
+    # measured TTFT above the target makes the pre-first-token causes the leads
+    assert p.leading_hypothesis in {"queueing", "long_prompts", "prefill_compute"}
+    assert p.stages[0].hypothesis == p.leading_hypothesis
