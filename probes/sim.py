@@ -57,6 +57,11 @@ class SimConfig(BaseModel):
         min_length=1,
         description="Model id the API reports and accepts (vLLM --served-model-name).",
     )
+    strict_model_name: bool = Field(
+        default=False,
+        description="Answer 404 to requests naming another model, as vLLM does; by default any name is "
+        "accepted, as llama.cpp does.",
+    )
     # --- deployment: when `model` is given the roofline model times the engine steps
     model: str | None = Field(
         default=None,
@@ -242,6 +247,7 @@ def build_app(config: SimConfig) -> Any:
         timing = FixedTiming(config.ttft_ms, config.itl_ms, config.itl_per_seq_ms)
     settings = SimSettings(
         served_model_name=config.served_model_name,
+        strict_model_name=config.strict_model_name,
         max_model_len=config.max_model_len or 32768,
         default_max_tokens=config.default_max_tokens,
         tokens_per_chunk=config.tokens_per_chunk,

@@ -106,6 +106,7 @@ class SimSettings:
     default_max_tokens: int
     tokens_per_chunk: int
     seed: int
+    strict_model_name: bool = False
     fault_429_rate: float = 0.0
     fault_503_rate: float = 0.0
     fault_cut_rate: float = 0.0
@@ -288,7 +289,9 @@ class SimApp:
         if not isinstance(data, dict):
             raise _BadRequest("request body must be a JSON object")
         model = data.get("model")
-        if model is not None and model != self.s.served_model_name:
+        if model is not None and not isinstance(model, str):
+            raise _BadRequest("'model' must be a string", "model")
+        if self.s.strict_model_name and model is not None and model != self.s.served_model_name:
             raise _BadRequest(
                 f"The model `{model}` does not exist.", "model", 404, "not_found_error"
             )

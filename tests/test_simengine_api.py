@@ -138,12 +138,6 @@ def test_min_tokens_and_ignore_eos_override_simulated_eos():
             "messages",
         ),
         (
-            "/v1/chat/completions",
-            json.dumps({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}).encode(),
-            404,
-            "model",
-        ),
-        (
             "/v1/completions",
             json.dumps({"prompt": "x", "max_tokens": 0}).encode(),
             400,
@@ -199,3 +193,16 @@ def test_config_refuses_remote_host_and_bad_fault_mix():
         SimConfig(fault_429_rate=0.6, fault_503_rate=0.6)
     with pytest.raises(ValueError, match="--gpu"):
         SimConfig(model="Qwen/Qwen3-8B")
+
+
+def test_model_names_are_checked_only_when_strict(sim):
+    body = {"model": "gpt-9", "prompt": "x", "max_tokens": 2}
+    assert httpx.post(sim.base_url + "/v1/completions", json=body, timeout=10).status_code == 200
+    with SimServer(strict_model_name=True) as strict:
+        r = httpx.post(strict.base_url + "/v1/completions", json=body, timeout=10)
+        assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+        body["model"] = "inferwise/sim"
+        assert (
+            httpx.post(strict.base_url + "/v1/completions", json=body, timeout=10).status_code
+            == 200
+        )
