@@ -75,6 +75,7 @@ def probe_records(
         slo=_slo(args),
         db=db,
         seed=concurrency,
+        workers=args.workers,
     )
     result = asyncio.run(run_probe(req))
     return RunStore(db).requests(result.run_id), result.summary
@@ -231,6 +232,9 @@ def main() -> int:
         default="probe",
         help="probe: inferwise's own client (run_probe); httpx: AsyncClient + aiter_lines baseline",
     )
+    ap.add_argument(
+        "--workers", type=int, default=1, help="client worker processes (probe transport)"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -265,7 +269,10 @@ def main() -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"transport={args.transport} cpus={out['cpus']} pinned={out['pinned']}")
+    load = os.getloadavg()[0]
+    print(
+        f"transport={args.transport} workers={args.workers} cpus={out['cpus']} pinned={out['pinned']} load1={load:.1f}"
+    )
     print(
         "  c  matched  TTFT err med/p90/p99 ms   ITL err med / |med| / |p99| ms   SLO att meas/truth %   lag p99 ms"
     )
