@@ -181,7 +181,24 @@ class RunStore:
             if version < 1:
                 self._create_v1(db)
                 self._conn.execute("UPDATE schema_version SET version = 1")
+            self._add_new_record_columns(db)
             self._conn.commit()
+            self._request_columns = [
+                "run_id",
+                "idx",
+                *db["requests"].columns_dict.keys() - {"run_id", "idx"},
+            ]
+            self._insert_request_sql = (
+                f"INSERT OR REPLACE INTO requests ({', '.join(_quote(c) for c in self._request_columns)}) "
+                f"VALUES ({', '.join('?' for _ in self._request_columns)})"
+            )
+
+    def _add_new_record_columns(self, db: Any) -> None:
+        """RequestRecord fields added since the file was created become new (NULL) columns."""
+        have = set(db["requests"].columns_dict)
+        for name, info in RequestRecord.model_fields.items():
+            if name != "index" and name not in have:
+                db["requests"].add_column(name, _column_type(name, info.annotation))
 
     def _create_v1(self, db: Any) -> None:
         db["runs"].create(
@@ -255,8 +272,12 @@ class RunStore:
         rows = [_record_row(run_id, r) for r in records]
         if not rows:
             return
+        cols = self._request_columns
+        values = [tuple(row.get(c) for c in cols) for row in rows]
         with self._lock:
-            self.db["requests"].insert_all(rows, pk=("run_id", "idx"), replace=True, alter=True)
+            # plain executemany: sqlite-utils' per-call table introspection costs ~2 ms, and this
+            # runs on the probe's event loop after every request
+            self._conn.executemany(self._insert_request_sql, values)
             self._conn.commit()
 
     def add_metric_samples(self, run_id: str, samples: Iterable[Any]) -> int:
@@ -456,6 +477,10 @@ class RunStore:
 
 
 # --------------------------------------------------------------------------- row mapping
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _is_container(annotation: Any) -> bool:

@@ -235,3 +235,23 @@ def test_run_ids_sort_by_creation_time():
     a = new_run_id(datetime(2026, 1, 1, 9, 0, 0, tzinfo=UTC))
     b = new_run_id(datetime(2026, 1, 1, 10, 0, 0, tzinfo=UTC))
     assert a < b and a.startswith("20260101-090000-") and len(a) == len("20260101-090000-abcd")
+
+
+def test_a_file_from_before_a_new_record_field_gains_the_column(tmp_path):
+    db = tmp_path / "old.db"
+    with RunStore(db) as store:
+        run_id = store.create_run()
+        store.add_request(run_id, _record(0))
+    conn = sqlite3.connect(
+        db
+    )  # rebuild `requests` without the server_timings column, as an older version wrote it
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(requests)") if r[1] != "server_timings"]
+    conn.execute(f"CREATE TABLE r2 AS SELECT {', '.join(cols)} FROM requests")
+    conn.execute("DROP TABLE requests")
+    conn.execute("ALTER TABLE r2 RENAME TO requests")
+    conn.commit()
+    conn.close()
+    with RunStore(db) as store:
+        assert store.requests(run_id)[0].server_timings is None
+        store.add_request(run_id, _record(1, server_timings={"prompt_ms": 3.0}))
+        assert store.requests(run_id)[1].server_timings == {"prompt_ms": 3.0}
