@@ -955,7 +955,14 @@ async def run_probe(
         errs = ctx.workload_errors
         calibration.mean_input_tokens_error_pct = round(100 * sum(errs) / len(errs), 2)
     for s in sweep:
-        notes += [n for n in s.summary.client_health.notes if n not in notes]
+        where = ""
+        if len(sweep) > 1:
+            where = (
+                f"at {s.request_rate:g} req/s: "
+                if s.request_rate is not None
+                else f"at concurrency {s.concurrency}: "
+            )
+        notes += [where + n for n in s.summary.client_health.notes if where + n not in notes]
     completed = sum(1 for r in all_records if r.ok and not r.warmup)
     measured = sum(1 for r in all_records if not r.warmup)
     return ProbeResult(
