@@ -110,14 +110,21 @@ def fit(calibration: list[dict]) -> dict[str, object]:
         if g != "default" and "default" in fitted:
             base = fitted["default"]
             start = replace(
-                start, **{k: getattr(base, k) for k in ("moe_compute_fraction", "link_fraction")}
+                start,
+                **{
+                    k: getattr(base, k)
+                    for k in ("moe_compute_fraction", "link_fraction", "per_layer_overhead_us")
+                },
             )
+        if g == "default" and not start.per_layer_overhead_us:
+            start = replace(start, per_layer_overhead_us=10.0)
         if start.moe_compute_fraction is None:
             start = replace(start, moe_compute_fraction=start.compute_fraction)
         keys = (
             (
                 "compute_fraction",
                 "moe_compute_fraction",
+                "per_layer_overhead_us",
                 "bandwidth_fraction",
                 "step_overhead_ms",
                 "allreduce_latency_us",
@@ -128,6 +135,7 @@ def fit(calibration: list[dict]) -> dict[str, object]:
                 "compute_fraction",
                 "bandwidth_fraction",
                 "step_overhead_ms",
+                "per_layer_overhead_us",
                 "allreduce_latency_us",
             )
         )

@@ -22,6 +22,7 @@ from .roofline import Efficiency
 EFFICIENCY_FILE = Path(__file__).parent / "data" / "efficiency.toml"
 
 _KEYS = (
+    "per_layer_overhead_us",
     "compute_fraction",
     "moe_compute_fraction",
     "bandwidth_fraction",
@@ -80,6 +81,7 @@ def load_efficiency(gpu: Any, engine: str = "vllm") -> Efficiency:
         moe_compute_fraction=float(
             merged.get("moe_compute_fraction") or merged["compute_fraction"]
         ),
+        per_layer_overhead_us=float(merged.get("per_layer_overhead_us", 0.0)),
         source=f"data/efficiency.toml [{', '.join(used)}]: {merged.get('source', '')}",
     )
 
@@ -171,6 +173,7 @@ def metric_value(stats: Any, name: str) -> float:
 # --------------------------------------------------------------------------- fitting
 
 FIT_KEYS = (
+    "per_layer_overhead_us",
     "compute_fraction",
     "moe_compute_fraction",
     "bandwidth_fraction",
@@ -181,8 +184,9 @@ FIT_KEYS = (
 _BOUNDS = {
     "compute_fraction": (0.05, 0.95),
     "moe_compute_fraction": (0.03, 0.95),
-    "bandwidth_fraction": (0.2, 0.95),
+    "bandwidth_fraction": (0.2, 0.92),
     "step_overhead_ms": (0.05, 20.0),
+    "per_layer_overhead_us": (0.5, 300.0),
     "per_seq_overhead_ms": (0.0, 0.2),
     "allreduce_latency_us": (2.0, 200.0),
     "link_fraction": (0.1, 0.95),

@@ -398,6 +398,12 @@ def predict_performance(req: PredictRequest) -> PredictResult:
         assumptions.append(
             "closed loop: the first and last `concurrency` requests (ramp up/down) are left out"
         )
+        if not (req.input_tokens_p95 or req.output_tokens_p95) and (req.concurrency or 1) > 1:
+            assumptions.append(
+                "identical lengths in a closed loop make requests start and finish in lock-step "
+                "waves (as benchmarks with fixed lengths do); give input_tokens_p95 / "
+                "output_tokens_p95 for a spread"
+            )
     return PredictResult(
         model=req.model,
         gpu=model.hardware.name,

@@ -131,6 +131,9 @@ class Efficiency:
     """Achievable fraction of the link bandwidth in an all-reduce."""
     eager_overhead_factor: float = 3.0
     """Multiplier on the step overhead without CUDA graphs (--enforce-eager)."""
+    per_layer_overhead_us: float = 0.0
+    """Per decoder layer per step: the floor of the dozen small kernels a layer
+    launches, which does not shrink with the batch (visible at small batch)."""
     moe_compute_fraction: float | None = None
     """Achievable fraction of peak in routed-expert GEMMs (grouped GEMMs over few
     tokens per expert run further from peak than dense ones); None = compute_fraction."""
@@ -145,6 +148,7 @@ class Efficiency:
             "allreduce_latency_us": self.allreduce_latency_us,
             "link_fraction": self.link_fraction,
             "moe_compute_fraction": self.moe_fraction,
+            "per_layer_overhead_us": self.per_layer_overhead_us,
         }
 
     @property
@@ -231,7 +235,8 @@ class StepModel:
             hop = e.allreduce_latency_us * 1e-6 + msg / (hw.link_gb_per_s * 1e9 * e.link_fraction)
             comm_ms = comm_ms + (self.pipeline_parallel_size - 1) * hop * 1e3
         overhead = e.step_overhead_ms * (e.eager_overhead_factor if self.enforce_eager else 1.0)
-        overhead_ms = overhead + e.per_seq_overhead_ms * sampled
+        layers_ms = e.per_layer_overhead_us * 1e-3 * s.num_layers
+        overhead_ms = overhead + layers_ms + e.per_seq_overhead_ms * sampled
         return compute_ms, memory_ms, comm_ms, overhead_ms, flops, nbytes
 
     def breakdown(
@@ -515,10 +520,12 @@ def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[
     fields = {k: getattr(dep, k) for k in _Deployment.model_fields}
     fit = _fit_without_suggestions(FitRequest(**fields))
     if not fit.fits or not fit.kv_cache_tokens:
+        verdict = str(getattr(fit, "verdict", "") or "").rstrip(".")
         raise InputError(
             "model",
-            "the deployment does not fit in GPU memory (run `inferwise fit` with the same "
-            "flags for the details and suggestions)",
+            "the deployment does not fit in GPU memory"
+            + (f" ({verdict})" if verdict else "")
+            + "; run `inferwise fit` with the same flags for options that make it fit",
         )
     tokens = int(fit.kv_cache_tokens)
     notes: list[str] = []

@@ -98,3 +98,19 @@ def test_no_calibration_value_drifts_far(errors):
 
 def test_only_known_runs_are_rejected_by_the_fit(errors):
     assert {k for k, _ in errors["rejected"]} <= KNOWN_FIT_DISAGREEMENTS
+
+
+def test_every_factor_in_the_table_reaches_the_model():
+    import tomllib
+
+    from inferwise.calculators.calibration import EFFICIENCY_FILE, load_efficiency
+    from inferwise.calculators.catalog import get_gpu
+
+    table = tomllib.loads(EFFICIENCY_FILE.read_text())
+    for gpu_id, layer in (("h100-sxm-80gb", table["default"]), ("mi300x", table["vendor"]["amd"])):
+        eff = load_efficiency(get_gpu(gpu_id), "vllm")
+        for key, value in layer.items():
+            if key == "allreduce_latency_us":
+                assert eff.allreduce_latency_us == value[get_gpu(gpu_id).interconnect]
+            elif key != "source":
+                assert getattr(eff, key) == pytest.approx(value), key
