@@ -430,3 +430,31 @@ def test_worker_processes_share_the_load_and_every_request_is_stored_once(
     if "request_rate" in shape:
         assert all(r.scheduled_s is not None for r in rows)
         assert res.summary.client_health.schedule_delay_ms.count == 24
+
+
+def test_a_starved_client_is_flagged_saturated(server, tmp_path, monkeypatch) -> None:
+    """Block the probe's loop after every request (as a starved CPU would): the summary
+    must say the client, not the server, added latency."""
+    from inferwise.probes import client
+    from inferwise.probes.health import busy_wait
+
+    real = client.to_record
+
+    def slow_to_record(*a, **kw):
+        busy_wait(0.03)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(client, "to_record", slow_to_record)
+    res = probe(
+        url=server.base_url,
+        concurrency=4,
+        requests=16,
+        output_tokens=4,
+        calibrate=False,
+        db=str(tmp_path / "r.db"),
+    )
+    assert res.client_health.saturated and res.summary.client_health.saturated
+    assert any("raise --workers" in n for n in res.notes)
+    assert (
+        RunStore(str(tmp_path / "r.db")).get_run(res.run_id).summary["client_health"]["saturated"]
+    )
