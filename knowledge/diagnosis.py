@@ -72,6 +72,10 @@ class Hypothesis(BaseModel):
     playbooks: list[str] = Field(
         default_factory=list, description="Playbook ids that address it, least complex first."
     )
+    docs: list[str] = Field(
+        default_factory=list,
+        description="Knowledge documents that explain it (`inferwise kb show ID`).",
+    )
 
 
 class CounterEvidence(BaseModel):
@@ -150,6 +154,18 @@ def _playbooks(hyp: str) -> list[str]:
     return [p.id for p in playbooks_for(hyp)]
 
 
+def _docs(hyp: str) -> list[str]:
+    """Up to three explaining documents, the playbooks' own documents first."""
+    try:
+        from inferwise.knowledge.kb import documents_for
+        from inferwise.knowledge.playbooks import playbooks_for
+    except ImportError:  # pragma: no cover - the knowledge base lands separately
+        return []
+    explaining = [d.id for d in documents_for(hyp)]
+    preferred = [p.doc for p in playbooks_for(hyp) if p.doc in explaining]
+    return list(dict.fromkeys([*preferred, *explaining]))[:3]
+
+
 def rank(a: Analysis, limit: int = 24) -> tuple[list[Hypothesis], list[CounterEvidence]]:
     findings = evaluate(a.facts)
     for hyp in a.workload.suspected_causes or []:
@@ -184,6 +200,7 @@ def rank(a: Analysis, limit: int = 24) -> tuple[list[Hypothesis], list[CounterEv
                 how_to_prove=list(guide.get("how_to_prove", [])),
                 decisive_metric=str(guide.get("decisive", "")),
                 playbooks=_playbooks(hyp),
+                docs=_docs(hyp),
             )
         )
     return ranked[:limit], against

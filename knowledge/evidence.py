@@ -410,6 +410,8 @@ def _calculator_facts(a: Analysis) -> None:
         fit_c = a.value("fit.max_concurrency")
         if obs_c and fit_c:
             a.put("derived.concurrency_over_fit", obs_c / fit_c, "derived")
+        elif obs_c and fit_c == 0:
+            a.put("derived.no_request_fits", True, "derived", f"context {context} tokens")
 
     if inp is None or out is None:
         a.notes.append(

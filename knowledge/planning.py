@@ -883,6 +883,11 @@ def _facts_to_verify(a: Analysis, stages: list[Stage]) -> list[FactToVerify]:
     dep = a.workload.deployment
     if dep and dep.model:
         url = model_source_url(dep.model)
+        if url and url.startswith("https://huggingface.co/"):
+            add(
+                f"{dep.model}: license, intended use and recommended serving settings (model card).",
+                f"https://huggingface.co/{dep.model}",
+            )
         if url and url.startswith("http"):
             add(
                 f"{dep.model} architecture (layers, KV heads, context length) as in its config.json; check the model card for license and recommended settings.",
