@@ -370,9 +370,8 @@ class SimEngine:
                 # far behind (a busy CPU, a GC pause): go on from here rather than burst steps to catch up
                 next_t = now
             next_t += step_s  # an absolute schedule, so sleep overshoot does not accumulate
-            delay = next_t - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            # always yield, so a zero-time schedule cannot starve the HTTP side
+            await asyncio.sleep(max(next_t - loop.time(), 0.0))
             self._finish_step(decode, prefill, time.monotonic())
 
     def _step_ms(self, decode: list[Sequence], prefill: list[tuple[Sequence, int]]) -> float:
