@@ -206,3 +206,21 @@ def test_model_names_are_checked_only_when_strict(sim):
             httpx.post(strict.base_url + "/v1/completions", json=body, timeout=10).status_code
             == 200
         )
+
+
+def test_small_answers_are_not_held_back_by_nagle():
+    """Headers and body go out in two writes; without TCP_NODELAY each answer waited ~40 ms for an ACK."""
+    import statistics
+    import time
+
+    with (
+        SimServer(ttft_ms=0, itl_ms=0, itl_per_seq_ms=0) as server,
+        httpx.Client(base_url=server.base_url) as c,
+    ):
+        c.get("/health")
+        times = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            c.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
+            times.append((time.perf_counter() - t0) * 1000)
+    assert statistics.median(times) < 20, times
