@@ -469,6 +469,7 @@ def request_body(
     ignore_eos: bool,
     continuous_usage: bool = True,
     extra: dict[str, Any] | None = None,
+    messages: list[dict[str, Any]] | None = None,
 ) -> tuple[str, bytes]:
     """(path, JSON body). Usage is requested per stream (`include_usage`) and, for
     vLLM, per chunk (`continuous_usage_stats`). Most engines ignore fields they do
@@ -476,7 +477,7 @@ def request_body(
     payload: dict[str, Any] = {"model": model, "stream": stream}
     if endpoint == "chat":
         path = "/chat/completions"
-        payload["messages"] = [{"role": "user", "content": prompt}]
+        payload["messages"] = messages or [{"role": "user", "content": prompt}]
     else:
         path = "/completions"
         payload["prompt"] = prompt

@@ -13,8 +13,9 @@ synthetic run look faster than real traffic; ``shared_prefix_fraction`` makes
 that share of every prompt identical across requests, to measure exactly the
 prefix-cache benefit.
 
-A JSONL dataset line may hold ``prompt`` (text), ``messages`` (chat; the
-text of the last user turn is sent), and/or ``input_tokens`` /
+A JSONL dataset line may hold ``prompt`` (text), ``messages`` (a chat
+conversation, sent whole to the chat endpoint; the completions endpoint gets
+the last user turn), and/or ``input_tokens`` /
 ``output_tokens`` (lengths only: a recorded length distribution replayed with
 synthetic text). Lengths are drawn per request, deterministically from the seed.
 """
@@ -26,7 +27,7 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from inferwise.calculators.errors import InputError
 
@@ -72,6 +73,7 @@ class PromptItem:
     text: str
     max_tokens: int | None
     target_input_tokens: int | None
+    messages: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ class DatasetRow:
     prompt: str | None
     input_tokens: int | None
     output_tokens: int | None
+    messages: list[dict[str, Any]] | None = None
 
 
 def load_dataset(path: str) -> list[DatasetRow]:
@@ -117,7 +120,8 @@ def load_dataset(path: str) -> list[DatasetRow]:
                     f"line {n} has neither prompt, messages nor input_tokens",
                     "prompt, messages, input_tokens",
                 )
-            rows.append(DatasetRow(prompt, it, ot))
+            messages = obj["messages"] if isinstance(obj.get("messages"), list) else None
+            rows.append(DatasetRow(prompt, it, ot, messages))
     if not rows:
         raise InputError("dataset", f"{path} holds no rows")
     return rows
@@ -183,7 +187,7 @@ class Workload:
             if row.output_tokens is not None:  # a recorded length beats the synthetic one
                 out = row.output_tokens
             if row.prompt is not None:
-                return PromptItem(row.prompt, out, row.input_tokens)
+                return PromptItem(row.prompt, out, row.input_tokens, row.messages)
             assert row.input_tokens is not None
             return PromptItem(self.synthetic_text(rng, row.input_tokens), out, row.input_tokens)
         target = self.input_len.sample(rng)

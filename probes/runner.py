@@ -454,6 +454,7 @@ async def _send_one(
         stream=ctx.req.stream,
         ignore_eos=ctx.ignore_eos,
         continuous_usage=ctx.continuous_usage,
+        messages=item.messages,
     )
     out = await exchange(ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts)
     first_start = out.start_t

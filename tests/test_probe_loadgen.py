@@ -254,6 +254,7 @@ def test_dataset_rows_prompts_and_lengths(tmp_path) -> None:
     w = Workload(input_len=LengthSpec(100), output_len=LengthSpec(16), dataset=rows)
     assert (w.item(0).text, w.item(0).max_tokens) == ("Why is the sky blue?", 40)
     assert w.item(1).text == "Hi!" and w.item(1).max_tokens == 16
+    assert w.item(1).messages and w.item(1).messages[0]["role"] == "system"  # sent whole to chat
     assert len(w.item(2).text.split()) == 30 and w.item(2).max_tokens == 7
     assert w.item(3).text == w.item(0).text  # cycles
 

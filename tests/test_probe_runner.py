@@ -458,3 +458,35 @@ def test_a_starved_client_is_flagged_saturated(server, tmp_path, monkeypatch) ->
     assert (
         RunStore(str(tmp_path / "r.db")).get_run(res.run_id).summary["client_health"]["saturated"]
     )
+
+
+def test_without_streaming_ttft_equals_e2e_and_says_so(server, tmp_path) -> None:
+    res = probe(
+        url=server.base_url, requests=3, output_tokens=4, stream=False, db=str(tmp_path / "r.db")
+    )
+    s = res.summary
+    assert s.completed == 3 and s.ttft_ms.p50 == pytest.approx(s.e2e_ms.p50)
+    assert s.itl_ms.count == 0
+    assert any("TTFT equals end-to-end" in n for n in res.notes)
+
+
+def test_dataset_prompts_are_sent_and_need_no_calibration(server, tmp_path) -> None:
+    data = tmp_path / "d.jsonl"
+    rows = [
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Name a colour."},
+            ]
+        },
+        {"prompt": "Count to three.", "output_tokens": 3},
+    ]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    db = str(tmp_path / "r.db")
+    res = probe(
+        url=server.base_url, requests=4, output_tokens=2, dataset=str(data), store_text=True, db=db
+    )
+    assert res.summary.completed == 4 and not res.calibration.calibrated
+    stored = RunStore(db).requests(res.run_id)
+    assert [r.prompt_text for r in stored][:2] == ["Name a colour.", "Count to three."]
+    assert [r.output_tokens for r in stored][:2] == [2, 3]
