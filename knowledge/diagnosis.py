@@ -220,6 +220,10 @@ def missing_measurements(
     for h in hypotheses[:3]:
         for field in hyp_guides.get(h.id, {}).get("needs", []):
             wanted.setdefault(field, h.id)
+    if a.value("constraints.gpus") is not None or (
+        a.workload.constraints is not None and a.workload.constraints.gpus
+    ):
+        wanted.pop("deployment.gpu", None)  # choosing among the allowed GPUs is the plan's job
     out = []
     for field, hyp in wanted.items():
         if _present(a, field):

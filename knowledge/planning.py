@@ -570,6 +570,32 @@ def _baseline_stage(a: Analysis, url: str, leading: Hypothesis | None) -> Stage:
     )
 
 
+def _budget_command(a: Analysis, model: str, gpu: str) -> str:
+    """A runnable `inferwise budget` line with the workload's own SLOs, lengths and rate."""
+    parts = [f"inferwise budget --model {model} --gpu {gpu} --tensor-parallel-size N"]
+    inp, out = a.value("derived.input_tokens_p50"), a.value("derived.output_tokens_p50")
+    if inp and out:
+        parts.append(f"--input-tokens {int(inp)} --output-tokens {int(out)}")
+    p95_in = _pct_value(a, "traffic.input_tokens.p95")
+    if p95_in:
+        parts.append(f"--input-tokens-p95 {int(p95_in)}")
+    rate = a.value("traffic.arrival_rate_rps")
+    if rate:
+        parts.append(f"--request-rate {rate:g}")
+    ptm = a.value("traffic.peak_to_mean")
+    if ptm:
+        parts.append(f"--peak-to-mean {ptm:g}")
+    for metric, k, v in _slo_items(a.workload):
+        if metric in ("ttft_ms", "itl_ms", "e2e_ms"):
+            parts.append(f"--slo-{metric.replace('_', '-')} {k}={v:g}")
+    return " ".join(parts)
+
+
+def _pct_value(a: Analysis, name: str) -> float | None:
+    v = a.value(name)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
 def _sizing_stage(a: Analysis, cands: list[Candidate]) -> Stage:
     wl = a.workload
     dep = wl.deployment
@@ -598,9 +624,7 @@ def _sizing_stage(a: Analysis, cands: list[Candidate]) -> Stage:
             )
             + " --concurrency 1"
         )
-        cmds.append(
-            f"inferwise budget --model {model} --gpu {g} --tensor-parallel-size N (SLO targets and rate from the workload)"
-        )
+        cmds.append(_budget_command(a, model, g))
     fitting = [c for c in cands if c.fits]
     accept = [
         "A candidate fits with KV room for the peak concurrency and the SLO is feasible (`budget` feasible: true)."
@@ -978,7 +1002,7 @@ def plan_experiments(req: PlanRequest) -> PlanResult:
     if (
         a.workload.deployment
         and a.workload.deployment.tensor_parallel_size is None
-        and a.workload.deployment.model
+        and "fit" in a.calcs
     ):
         assumptions.append(
             "deployment.tensor_parallel_size is not stated: tensor parallelism 1 is assumed for computations on the stated deployment."
