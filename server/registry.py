@@ -145,6 +145,8 @@ OPERATIONS: list[Operation] = [
         read_only=False,
         open_world=True,
         exit_nonzero_field="all_failed",
+        # client processes are a local resource: the operator decides, not the calling model
+        extra={"mcp_hidden": ("workers",)},
     ),
     Operation(
         name="diagnose",
