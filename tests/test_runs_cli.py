@@ -177,3 +177,52 @@ def test_probe_against_the_simulator_stores_runs_that_runs_commands_read(tmp_pat
     (cand,) = json.loads(capsys.readouterr().out)["candidates"]
     # 4 streams on 2 slots queue: TTFT gets worse than at concurrency 1
     assert "ttft_ms.p50" in cand["worse"]
+
+
+def test_markdown_renders_for_empty_failed_and_stale_runs(tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "runs.db")
+    assert main(["runs", "list", "--db", path]) == 2  # no such file yet: bad input, nothing created
+    with RunStore(path) as store:
+        pass
+    assert main(["runs", "list", "--db", path]) == 0
+    assert "No runs stored" in capsys.readouterr().out
+    with RunStore(path) as store:
+        ok_id = store.create_run(config={"request_rate": "inf", "requests": 5})
+        store.add_requests(ok_id, _records(20, 0.1, seed=1))
+        store.finish_run(ok_id, "complete")
+        failed_id = store.create_run(config={"request_rate": 2.0, "burstiness": 0.5})
+        store.add_requests(
+            failed_id,
+            [
+                RequestRecord(index=i, ok=False, start_s=i, error_class="connect_refused")
+                for i in range(3)
+            ],
+        )
+        store.finish_run(failed_id, "failed")
+    # a writer that dies without finishing its run
+    code = (
+        "import os, sys; from inferwise.probes.store import RunStore; "
+        "s = RunStore(sys.argv[1]); print(s.create_run(labels={'x': 'y'})); os._exit(0)"
+    )
+    stale_id = subprocess.run(
+        [sys.executable, "-c", code, path],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ.copy(),
+    ).stdout.strip()
+    assert main(["runs", "list", "--db", path]) == 0
+    out = capsys.readouterr().out
+    assert "stale (writer gone)" in out and "all requests at once" in out and "gamma b=0.5" in out
+    for run_id in (failed_id, stale_id):
+        assert main(["runs", "show", run_id, "--db", path]) == 0
+    out = capsys.readouterr().out
+    assert "connect_refused" in out and "process writing this run is gone" in out
+    assert main(["runs", "compare", ok_id, failed_id, "--db", path, "--resamples", "100"]) == 0
+    assert "not comparable" in capsys.readouterr().out
+    assert main(["runs", "export", stale_id, "--db", path, "--format", "csv"]) == 0
+    assert capsys.readouterr().out.startswith("run_id,index,ok")
