@@ -261,3 +261,25 @@ def test_a_stored_run_supplies_the_measured_baseline(tmp_path):
     # measured TTFT above the target makes the pre-first-token causes the leads
     assert p.leading_hypothesis in {"queueing", "long_prompts", "prefill_compute"}
     assert p.stages[0].hypothesis == p.leading_hypothesis
+
+
+def test_commands_in_the_plan_are_valid_inferwise_invocations(plans):
+    """Flags drift when calculators evolve: every command a plan prints must parse, and the
+    sizing commands must run."""
+    import shlex
+
+    from inferwise.server import cli
+    from inferwise.server.registry import BY_NAME
+
+    p = plans["rag-long-documents"]
+    sizing = [m for m in p.stages[0].measure if m.startswith("inferwise ")]
+    assert {c.split()[1] for c in sizing} == {"fit", "predict", "budget"}
+    for cmd in sizing[:3]:
+        argv = shlex.split(cmd.replace("--tensor-parallel-size N", "--tensor-parallel-size 2"))[1:]
+        assert cli.main([*argv, "--json"]) == 0, cmd
+    probe = BY_NAME["probe"]
+    for s in p.stages:
+        for m in s.measure:
+            if m.startswith("inferwise probe http"):
+                argv = shlex.split(m.split("   (")[0])[2:]
+                cli.parse_input("probe", probe.input_model, argv, probe.summary)
