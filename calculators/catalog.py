@@ -83,6 +83,9 @@ class GPU:
     tdp_w: float | None = None
     """Maximum board / module power in watts, when the datasheet gives it."""
     extra_source_urls: tuple[str, ...] = field(default=())
+    memory_total_gib_torch: float | None = None
+    """Total torch reports (``torch.cuda.mem_get_info()[1]`` / 2^30, the
+    total vLLM logs and budgets from) where logs give it; below nvidia-smi's."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,9 @@ def _gpu_from_table(gpu_id: str, row: dict[str, Any]) -> GPU:
             notes=str(row.get("notes", "")),
             tdp_w=float(row["tdp_w"]) if row.get("tdp_w") is not None else None,
             extra_source_urls=tuple(str(u) for u in row.get("extra_source_urls", ())),
+            memory_total_gib_torch=(
+                float(row["memory_total_gib_torch"]) if "memory_total_gib_torch" in row else None
+            ),
         )
     except KeyError as exc:  # a broken catalog is our bug, but say where
         raise ValueError(f"{GPU_FILE}: GPU '{gpu_id}' lacks field {exc}") from exc

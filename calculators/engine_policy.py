@@ -211,11 +211,17 @@ def vllm_default_batching(
 #              tokens (vllm#13882); Qwen2.5-32B 1.26 GiB (vllm#15815)  -> ~36 B
 #   V0 with chunked prefill (context > 32K): the dummy chunks are not
 #              sampled; R1-Distill-Qwen-14B peaked at 0.19 GiB (vllm#13061) -> 0
-#   V1 0.10-0.11: gemma-3-4b 9.96 GiB peak (vllm#21489), gpt-oss-120b
-#              ~8 GiB implied with 1024 x 201k (vllm#23278, #27508)  -> ~40 B
+#   V1 0.10-0.11: the llm-d H100 table (v0.11.0, 1024 sequences, "torch
+#              peak memory increase" per model) fixes it tightly. Fitted on
+#              its calibration cases only (Llama-3.1-8B 4.76, Qwen3-0.6B
+#              5.56, gpt-oss-20b 7.38, Qwen3-32B TP2 5.64 GiB, each minus the
+#              final hidden states): 38.27-38.40 B            -> 38.3 B.
+#              The held-out cases agree (gpt-oss-120b, Qwen3-32B TP1,
+#              Llama-3.3-70B-FP8 TP2 within 1 %); gemma-3-4b's 9.96 GiB
+#              (vllm#21489) implies ~40 B.
 #   V1 0.19+:  Qwen3.5 5.66 GiB peak with 1024 x 248k logits (vllm#50722),
 #              gpt-oss-20b ~1 GiB implied at 256 sequences        -> ~22 B
-SAMPLER_BYTES_PER_LOGIT = {"v0": 36.0, "v0_chunked": 0.0, "v1": 40.0, "v1_019": 22.0}
+SAMPLER_BYTES_PER_LOGIT = {"v0": 36.0, "v0_chunked": 0.0, "v1": 38.3, "v1_019": 22.0}
 # Fraction of the per-token forward working set (MLP and attention
 # intermediates at the model dtype) torch still holds at the peak; < 1
 # because torch.compile fuses and frees intermediates.
@@ -275,19 +281,68 @@ def activation_peak_bytes(
     return int(max(forward, tokens * h * act_bytes + sampler))
 
 
+NON_TORCH_GIB = {"v0": 0.30, "v1": 0.13}
+"""One GPU: V0 logged 0.25-0.35 GiB (vllm#10517, #13061, #15815); V1 0.13-0.14
+on every single-GPU run of the llm-d H100 table (v0.11.0)."""
+NON_TORCH_MULTI_GPU_GIB = {"before_0.11": 0.6, "0.11": 0.41}
+"""Added for TP/PP > 1 under V1. 0.11+: 0.54 GiB at TP 2 (Qwen3-32B, llm-d,
+calibration) minus the single-GPU 0.13; the held-out Llama-3.3-70B-FP8 TP 2
+logged 0.55. Before 0.11 NCCL's own buffers fell inside the measured
+window (assumed 0.6 GiB, from the TP runs of the V0 era)."""
+
+
 def non_torch_bytes(
     rules: VllmRules, tensor_parallel_size: int, pipeline_parallel_size: int
 ) -> int:
     """Memory allocated outside torch during profiling: cuBLAS/cuDNN
     workspaces and, for multi-GPU replicas, NCCL and custom all-reduce
-    buffers. Logged by vLLM as "non-torch forward increase memory"; typical
-    values in the collected logs: ~0.1-0.3 GiB on one GPU, more with TP
-    before 0.11 (NCCL init inside the measured window)."""
-    # V0 logged 0.25-0.35 GiB on one GPU (vllm#10517, #13061); V1 ~0.1-0.2.
-    base = (0.15 if rules.v1 else 0.3) * GiB
+    buffers. Logged by vLLM as "non-torch forward increase memory" (V1) or
+    "non_torch_memory" (V0); see the constants above for the readings."""
+    base = NON_TORCH_GIB["v1" if rules.v1 else "v0"]
     if tensor_parallel_size * pipeline_parallel_size > 1 and rules.v1:
-        base += (0.15 if rules.nccl_before_snapshot else 0.6) * GiB
-    return int(base)
+        base += NON_TORCH_MULTI_GPU_GIB["0.11" if rules.nccl_before_snapshot else "before_0.11"]
+    return int(base * GiB)
+
+
+TORCH_RESERVED_GIB = 0.45
+"""What torch's total (``torch.cuda.mem_get_info()[1]``, the total vLLM
+multiplies by gpu_memory_utilization) lacks against nvidia-smi's total on the
+same NVIDIA GPU, where the catalog has no torch reading: the logs show
+0.42 (RTX 3090, 23.58 vs 24.00), 0.43-0.47 (H100 SXM, 79.18-79.22 vs
+79.65), 0.57 (L40S, 44.42 vs 44.99) and 0.62 GiB (A100 40GB, 39.38 vs 40.00).
+See calculators/data/gpus.toml ``memory_total_gib_torch``."""
+
+
+def runtime_total_gib(
+    catalog_total_gib: float, torch_total_gib: float | None, vendor: str
+) -> tuple[float, str]:
+    """The total vLLM sees for a catalog GPU, and where it comes from."""
+    if torch_total_gib is not None:
+        return torch_total_gib, "torch's total as vLLM logs it (catalog memory_total_gib_torch)"
+    if vendor == "nvidia":
+        return (
+            catalog_total_gib - TORCH_RESERVED_GIB,
+            f"nvidia-smi total less {TORCH_RESERVED_GIB} GiB the driver keeps from torch "
+            "(typical gap in vLLM logs; no torch reading for this GPU)",
+        )
+    return catalog_total_gib, "runtime-reported total from the GPU catalog"
+
+
+def mxfp4_alignment(rules: VllmRules, gpu_id: str | None) -> tuple[int, int]:
+    """(hidden, expert-intermediate) multiples vLLM pads MXFP4 expert weights
+    to. The Marlin MXFP4 MoE path (Ampere, and Hopper up to 0.10) pads to
+    256 / 128; from 0.11 Hopper runs the triton-kernels path, which pads the
+    intermediate size only to 64 (vllm/model_executor/layers/quantization/
+    mxfp4.py; gpt-oss: 3072 x 2880 instead of 3072 x 2944). The choice
+    follows these readings of "Model loading took": gpt-oss-120b 65.97 GiB
+    on H100 with 0.10.1 (vllm#23278) and 64.38 GiB with 0.11.0 (llm-d),
+    gpt-oss-20b 13.72 GiB on A100 with 0.19 and 13.47 GiB on H100 with
+    0.11.0."""
+    gid = (gpu_id or "").lower()
+    hopper = gid.startswith(("h100", "h200", "h800", "h20", "gh200"))
+    if hopper and parse_version(rules.rules_from) >= (0, 11, 0):
+        return 256, 64
+    return 256, 128
 
 
 def cuda_graph_bytes(arch: ModelArchitecture, layers_on_rank: int, enforce_eager: bool) -> int:

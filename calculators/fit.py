@@ -224,18 +224,21 @@ def estimate_fit(req: FitRequest) -> FitResult:
     return _estimate(req, with_suggestions=True)
 
 
-def estimate_fit_with_available(req: FitRequest, available_kv_bytes: int) -> FitResult:
+def estimate_fit_with_available(req: FitRequest, available_kv_bytes: int | list[int]) -> FitResult:
     """The fit with the KV-cache memory given instead of modelled.
 
     vLLM logs "Available KV cache memory"; feeding that number in checks the
     block, grouping and token rules on their own, independent of the
     activation / non-torch memory model (used by the log regression tests).
+    One number applies to every pipeline stage; a list gives each stage its
+    own (with PP the stages log different figures and the smallest block
+    count wins).
     """
     return _estimate(req, with_suggestions=False, available_override=available_kv_bytes)
 
 
 def _estimate(
-    req: FitRequest, with_suggestions: bool, available_override: int | None = None
+    req: FitRequest, with_suggestions: bool, available_override: int | list[int] | None = None
 ) -> FitResult:
     from . import engine_policy as ep
     from .architecture import from_config
@@ -265,12 +268,16 @@ def _estimate(
         )
     else:
         assert gpu is not None
-        total_gib = gpu.memory_total_gib
+        total_gib, how = ep.runtime_total_gib(
+            gpu.memory_total_gib, gpu.memory_total_gib_torch, gpu.vendor
+        )
         quantities.append(
             Quantity(
                 name="total_gib",
-                provenance="measured",
-                detail=f"{gpu.name}: runtime-reported total from the GPU catalog ({gpu.source_url})",
+                provenance="measured"
+                if gpu.memory_total_gib_torch or gpu.vendor != "nvidia"
+                else "assumed",
+                detail=f"{gpu.name}: {total_gib:.2f} GiB, {how} ({gpu.source_url})",
             )
         )
     gpu_label = gpu.id if gpu else f"custom-{total_gib:g}gib"
@@ -297,7 +304,10 @@ def _estimate(
 
     dtype_name, act_bytes = _resolve_dtype(req.dtype, arch.torch_dtype, assumptions)
     scheme = resolve_quantization(req.quantization, arch.quantization_config)
-    wb = weight_bytes(arch, scheme, act_bytes, tp, pp)
+    alignment = (256, 128)
+    if req.engine == "vllm":
+        alignment = ep.mxfp4_alignment(ep.vllm_rules(req.engine_version), gpu.id if gpu else None)
+    wb = weight_bytes(arch, scheme, act_bytes, tp, pp, mxfp4_alignment=alignment)
     assumptions += list(wb.notes)
     counts = count_parameters(arch)
     quantities.append(
@@ -408,7 +418,14 @@ def _estimate(
         act = act_last if s == pp - 1 else act_other
         acts.append(act)
         avail.append(int(usable - wb.per_stage_bytes[s] - act - non_torch - charged_graphs))
-    if available_override is not None:
+    if isinstance(available_override, list):
+        if len(available_override) != pp:
+            raise InputError(
+                "pipeline_parallel_size",
+                f"{len(available_override)} per-stage KV memories given for {pp} stages",
+            )
+        avail = list(available_override)
+    elif available_override is not None:
         avail = [available_override] * pp
     quantities += [
         Quantity(

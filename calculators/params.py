@@ -280,7 +280,7 @@ def _per_rank_params(p: _Part, arch: ModelArchitecture, tp: int) -> float:
     return p.params / arch.vocab_size * padded / tp
 
 
-def _mxfp4_padding(arch: ModelArchitecture) -> float:
+def _mxfp4_padding(arch: ModelArchitecture, alignment: tuple[int, int] = (256, 128)) -> float:
     """vLLM's MXFP4 MoE kernels on Ampere/Hopper (Marlin, triton) pad expert
     matrices: hidden size to a multiple of 256 and the expert intermediate
     size to a multiple of 128 (vllm/model_executor/layers/quantization/mxfp4.py).
@@ -291,7 +291,8 @@ def _mxfp4_padding(arch: ModelArchitecture) -> float:
     if arch.moe is None:
         return 1.0
     h, i = arch.hidden_size, arch.moe.moe_intermediate_size
-    return (-(-h // 256) * 256 / h) * (-(-i // 128) * 128 / i)
+    ah, ai = alignment
+    return (-(-h // ah) * ah / h) * (-(-i // ai) * ai / i)
 
 
 def weight_bytes(
@@ -301,11 +302,14 @@ def weight_bytes(
     tensor_parallel_size: int = 1,
     pipeline_parallel_size: int = 1,
     runtime_layout: bool = True,
+    mxfp4_alignment: tuple[int, int] = (256, 128),
 ) -> WeightBytes:
     """Bytes of weights in memory, whole model and per GPU.
 
     ``runtime_layout`` applies the engine's in-memory padding (MXFP4 experts);
-    False gives the checkpoint's own size.
+    False gives the checkpoint's own size. ``mxfp4_alignment`` is the
+    (hidden, intermediate) padding of the engine's MXFP4 MoE kernel
+    (``engine_policy.mxfp4_alignment``).
 
     Quantizable linears use ``scheme.bytes_per_param`` unless the scheme
     skips them (ignore lists, experts-only formats); everything else is
@@ -322,7 +326,7 @@ def weight_bytes(
     notes: list[str] = list(scheme.notes)
     expert_pad = 1.0
     if scheme.method == "mxfp4" and runtime_layout:
-        expert_pad = _mxfp4_padding(arch)
+        expert_pad = _mxfp4_padding(arch, mxfp4_alignment)
         if expert_pad > 1.0:
             notes.append(
                 f"MXFP4 expert matrices padded by the engine's MoE kernel (+{expert_pad - 1:.1%} expert memory)"
