@@ -413,7 +413,7 @@ class RunStore:
         with self._lock:
             cur = self._conn.execute(
                 "SELECT r.*, (SELECT count(*) FROM requests q WHERE q.run_id = r.run_id) AS _count "
-                "FROM runs r ORDER BY r.created_at DESC, r.run_id DESC"
+                "FROM runs r ORDER BY r.rowid DESC"
             )
             names = [d[0] for d in cur.description]
             rows = cur.fetchall()

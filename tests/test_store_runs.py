@@ -125,7 +125,11 @@ def test_list_filters_by_labels_and_limits_newest_first(tmp_path):
         a = store.create_run(labels={"engine": "vllm"})
         b = store.create_run(labels={"engine": "sglang"})
         c = store.create_run(labels={"engine": "vllm", "tp": "2"})
-        assert [r.run_id for r in store.list_runs()] == sorted([a, b, c], reverse=True)
+        assert [r.run_id for r in store.list_runs()] == [
+            c,
+            b,
+            a,
+        ]  # newest first, even within a second
         assert {r.run_id for r in store.list_runs(labels={"engine": "vllm"})} == {a, c}
         assert [r.run_id for r in store.list_runs(labels={"engine": "vllm", "tp": "2"})] == [c]
         assert len(store.list_runs(limit=1)) == 1
