@@ -61,7 +61,9 @@ def test_every_point_completes_with_exact_lengths(sweep: dict[str, Any]) -> None
 def test_itl_rises_and_per_request_speed_falls_as_slots_fill(sweep: dict[str, Any]) -> None:
     """Continuous batching: more sequences per decode step, longer steps for each of them."""
     p = sweep["points"]
-    itl = {c: _p50(p[c], "itl_ms") for c in SWEEP}
+    # mean ITL (total decode time / decode steps) and the median request's TPOT: both
+    # robust to a client that, on a busy machine, reads a few chunks at once
+    itl = {c: p[c].summary.itl_ms.mean for c in SWEEP}
     # per-request generation speed: tokens per second one user sees, 1000 / TPOT
     speed = {c: 1000.0 / _p50(p[c], "tpot_ms") for c in SWEEP}
     assert itl[2] > itl[1] and itl[4] > itl[2], itl
@@ -74,10 +76,12 @@ def test_itl_rises_and_per_request_speed_falls_as_slots_fill(sweep: dict[str, An
 def test_ttft_rises_once_requests_queue_beyond_the_slots(sweep: dict[str, Any]) -> None:
     p = sweep["points"]
     ttft = {c: _p50(p[c], "ttft_ms") for c in SWEEP}
-    e2e4 = _p50(p[4], "e2e_ms")
-    # with 8 streams on 4 slots, a typical request first waits for another to finish
-    assert ttft[8] > 3 * ttft[4], ttft
-    assert ttft[8] > 0.5 * e2e4, (ttft, e2e4)
+    decode4 = _p50(p[4], "e2e_ms") - ttft[4]
+    # up to 4 streams every request has a slot: TTFT grows only by sharing prefill batches.
+    # With 8 streams on 4 slots a typical request first waits for a running one to finish,
+    # i.e. for a good part of a decode phase.
+    assert ttft[8] > 1.5 * ttft[4], ttft
+    assert ttft[8] - ttft[4] > 0.5 * decode4, (ttft, decode4)
 
 
 def test_server_metrics_are_scraped_and_stored_with_each_run(sweep: dict[str, Any]) -> None:
@@ -115,7 +119,7 @@ def test_runs_compare_reports_the_queueing_point_as_worse(sweep: dict[str, Any])
     assert candidate["run_id"] == cand
     assert "concurrency" in candidate["load_changes"]
     verdicts = {(m["metric"], m["statistic"]): m for m in candidate["metrics"]}
-    for key in (("ttft_ms", "p50"), ("itl_ms", "p50"), ("e2e_ms", "p50")):
+    for key in (("ttft_ms", "p50"), ("tpot_ms", "p50"), ("e2e_ms", "p50")):
         assert verdicts[key]["verdict"] == "worse", verdicts[key]
         assert verdicts[key]["candidate"] > verdicts[key]["baseline"]
 

@@ -23,9 +23,15 @@ def _field(reader: object, key: str) -> object:
 
 
 def test_same_seed_same_bytes_other_seed_other_weights(tmp_path: Path) -> None:
-    a = write_test_model(tmp_path / "a.gguf", seed=7, n_layer=2, n_embd=64, n_head=4, n_ff=128)
-    b = write_test_model(tmp_path / "b.gguf", seed=7, n_layer=2, n_embd=64, n_head=4, n_ff=128)
-    c = write_test_model(tmp_path / "c.gguf", seed=8, n_layer=2, n_embd=64, n_head=4, n_ff=128)
+    a = write_test_model(
+        tmp_path / "a.gguf", seed=7, n_layer=2, n_embd=64, n_head=4, n_ff=128, n_vocab=1024
+    )
+    b = write_test_model(
+        tmp_path / "b.gguf", seed=7, n_layer=2, n_embd=64, n_head=4, n_ff=128, n_vocab=1024
+    )
+    c = write_test_model(
+        tmp_path / "c.gguf", seed=8, n_layer=2, n_embd=64, n_head=4, n_ff=128, n_vocab=1024
+    )
     assert a.path.read_bytes() == b.path.read_bytes()
     assert a.path.read_bytes() != c.path.read_bytes()
     assert a.file_bytes == a.path.stat().st_size
@@ -33,7 +39,14 @@ def test_same_seed_same_bytes_other_seed_other_weights(tmp_path: Path) -> None:
 
 def test_metadata_is_what_llama_cpp_reads(tmp_path: Path) -> None:
     info = write_test_model(
-        tmp_path / "m.gguf", seed=1, n_layer=3, n_embd=128, n_head=8, n_head_kv=2
+        tmp_path / "m.gguf",
+        seed=1,
+        n_layer=3,
+        n_embd=128,
+        n_head=8,
+        n_head_kv=2,
+        n_ff=256,
+        n_vocab=1024,
     )
     r = gguf.GGUFReader(str(info.path))
     assert _field(r, "general.architecture") == "llama"
@@ -51,7 +64,9 @@ def test_metadata_is_what_llama_cpp_reads(tmp_path: Path) -> None:
 
 def test_end_of_text_and_byte_tokens_cannot_win(tmp_path: Path) -> None:
     """The reserved channel: always +1 in the residual, never written, -1e4 on the banned rows."""
-    info = write_test_model(tmp_path / "m.gguf", seed=3, n_layer=2, n_embd=64, n_head=4, n_ff=128)
+    info = write_test_model(
+        tmp_path / "m.gguf", seed=3, n_layer=2, n_embd=64, n_head=4, n_ff=128, n_vocab=1024
+    )
     r = gguf.GGUFReader(str(info.path))
     t = {x.name: np.asarray(x.data, dtype=np.float32) for x in r.tensors}
     assert np.all(t["token_embd.weight"][:, 0] == 1.0)

@@ -81,14 +81,21 @@ def test_timing_truth_at_concurrency_1(llama_server: LlamaServer, probe_engine) 
     assert len(recs) == 8
     itl_pairs = [(_client_itl_ms(r), r.server_timings["predicted_per_token_ms"]) for r in recs]
     bad = [p for p in itl_pairs if not _itl_agrees(*p)]
+    # a busy neighbour can hold the client back for a whole stream (it then reads every
+    # chunk at once); one such request in eight is noise, more is a probe defect
     assert len(bad) <= 1, f"client vs server ITL disagree: {bad}"
     overhead = [r.ttft_ms - r.server_timings["prompt_ms"] for r in recs]
     # the client can never see the first token before the server finished the prefill
     assert min(overhead) > 0, overhead
     assert statistics.median(overhead) <= TTFT_OVERHEAD_MAX_MS, overhead
-    # the headline ITL (per-token gaps pooled over requests) is the server's per-token time
-    server_median = statistics.median(s for _, s in itl_pairs)
-    assert result.summary.itl_ms.p50 == pytest.approx(server_median, rel=0.25, abs=1.0)
+    # the headline ITL is defined per token: its mean over the run is total decode
+    # time over decode steps, which is what the server's per-token times add up to
+    steps = [r.output_tokens - 1 for r in recs]
+    server_mean = sum(s * t for s, (_, t) in zip(steps, itl_pairs, strict=True)) / sum(steps)
+    assert result.summary.itl_ms.mean == pytest.approx(server_mean, rel=ITL_TOL_REL, abs=ITL_TOL_MS)
+    assert result.summary.ttft_ms.p50 == pytest.approx(
+        statistics.median(r.server_timings["prompt_ms"] for r in recs), abs=TTFT_OVERHEAD_MAX_MS
+    )
 
 
 def test_timing_at_concurrency_8_differs_by_the_wait_for_a_slot(
@@ -108,19 +115,23 @@ def test_timing_at_concurrency_8_differs_by_the_wait_for_a_slot(
     recs = [r for r in records if r.ok and not r.warmup]
     assert len(recs) == 16
     ends = sorted(r.end_s for r in recs)
-    waited = 0
+    waits_ms, unexplained = [], []
     for rec in recs:
         slot_start_s = rec.first_token_s - rec.server_timings["prompt_ms"] / 1000.0
         wait_ms = (slot_start_s - rec.start_s) * 1000.0
         assert wait_ms > -SLOT_HANDOFF_TOL_MS, wait_ms
         if wait_ms > TTFT_OVERHEAD_MAX_MS:
-            waited += 1
+            waits_ms.append(wait_ms)
             gap_ms = min(abs(slot_start_s - e) for e in ends) * 1000.0
-            assert gap_ms <= SLOT_HANDOFF_TOL_MS, (
-                f"request {rec.index} waited {wait_ms:.0f} ms but no request ended when its slot started"
-            )
+            if gap_ms > SLOT_HANDOFF_TOL_MS:
+                unexplained.append((rec.index, round(wait_ms), round(gap_ms)))
     # closed loop at 2x the slots: after the first wave every request queues
-    assert waited >= len(recs) - 2 * n_slots, waited
+    assert len(waits_ms) >= len(recs) - 2 * n_slots, waits_ms
+    # and each wait ends when another request ends (a late client read may blur one or two)
+    assert len(unexplained) <= max(1, len(waits_ms) // 4), unexplained
+    # the wait is most of the difference between what the client and the server time
+    extra_ms = sum(r.ttft_ms - r.server_timings["prompt_ms"] for r in recs)
+    assert sum(waits_ms) >= 0.8 * extra_ms, (sum(waits_ms), extra_ms)
     bad = [
         (_client_itl_ms(r), r.server_timings["predicted_per_token_ms"])
         for r in recs
