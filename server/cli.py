@@ -334,6 +334,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"inferwise {target.name}: interrupted\n")
         return 130
+    except Exception as exc:  # a bug: say so in one line; the traceback on request
+        import os
+
+        if os.environ.get("INFERWISE_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"inferwise {target.name}: internal error: {type(exc).__name__}: {exc} "
+            "(set INFERWISE_DEBUG=1 for the traceback, and please report it)\n"
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -44,8 +44,8 @@ def _show(title: str, template: str, result: BaseModel, as_json: bool) -> None:
     sys.stdout.flush()
 
 
-def _workload(cfg: DemoConfig) -> dict[str, Any]:
-    return {
+def _workload(cfg: DemoConfig, measured_rps: float | None) -> dict[str, Any]:
+    workload: dict[str, Any] = {
         "name": "demo-chat",
         "product": {"streaming": True, "modality": "text"},
         "traffic": {
@@ -57,6 +57,10 @@ def _workload(cfg: DemoConfig) -> dict[str, Any]:
         "slo": {"ttft_ms": {"p95": cfg.ttft_slo_ms}, "itl_ms": {"p95": cfg.itl_slo_ms}},
         "deployment": {"model": cfg.model, "engine": "vllm", "gpu": cfg.gpu, "tensor_parallel_size": 1},
     }
+    if measured_rps:
+        # the rate the probe sustained: what the product would offer at this concurrency
+        workload["traffic"]["arrival_rate_rps"] = round(measured_rps, 2)
+    return workload
 
 
 def run_demo(cfg: DemoConfig) -> int:
@@ -99,7 +103,9 @@ def run_demo(cfg: DemoConfig) -> int:
         )
     _show(f"3. probe: measured against the simulated engine (run {probe.run_id})", "probe.md.j2", probe,
           cfg.json_output)
-    plan = plan_experiments(PlanRequest(workload=json.dumps(_workload(cfg)), run=probe.run_id, db=cfg.db))
+    plan = plan_experiments(
+        PlanRequest(workload=json.dumps(_workload(cfg, probe.summary.request_throughput)), run=probe.run_id, db=cfg.db)
+    )
     _show("4. plan: what to measure and change next", "plan.md.j2", plan, cfg.json_output)
     sys.stdout.write(
         f"\nNext: `inferwise runs show {probe.run_id}`, `inferwise kb search \"prefix caching\"`, "
