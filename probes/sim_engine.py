@@ -261,6 +261,7 @@ class EngineStats:
     finished: dict[str, int] = field(default_factory=lambda: {"stop": 0, "length": 0, "abort": 0})
     steps: int = 0
     ttft: Histogram = field(default_factory=lambda: Histogram(_TTFT_BUCKETS))
+    queue: Histogram = field(default_factory=lambda: Histogram(_E2E_BUCKETS))
     itl: Histogram = field(default_factory=lambda: Histogram(_ITL_BUCKETS))
     e2e: Histogram = field(default_factory=lambda: Histogram(_E2E_BUCKETS))
 
@@ -409,7 +410,9 @@ class SimEngine:
             if self.kv_used + need_kv > self.kv_capacity_tokens and self.running:
                 break  # wait for KV to free up
             self.waiting.popleft()
-            s.admitted_s = s.admitted_s or time.monotonic()
+            if s.admitted_s is None:
+                s.admitted_s = time.monotonic()
+                self.stats.queue.observe(s.admitted_s - s.arrival_s)
             if self.prefix_cache is not None and s.generated == 0:
                 cached = min(
                     self.prefix_cache.lookup_and_insert(s.prompt), max(s.prefill_target - 1, 0)
@@ -497,6 +500,19 @@ class SimEngine:
                 lines.append(f"{name}{suffix}{{{labels}}} {_num(value)}")
 
         metric(
+            "vllm:cache_config_info",
+            "gauge",
+            "Information of the LLMEngine CacheConfig",
+            [
+                (
+                    "",
+                    f'block_size="{BLOCK_TOKENS}",enable_prefix_caching="{self.prefix_cache is not None}",'
+                    f'engine="0",num_gpu_blocks="{self.kv_capacity_tokens // BLOCK_TOKENS}"',
+                    1,
+                )
+            ],
+        )
+        metric(
             "vllm:num_requests_running",
             "gauge",
             "Number of requests in model execution batches.",
@@ -560,6 +576,11 @@ class SimEngine:
                 "vllm:e2e_request_latency_seconds",
                 "Histogram of e2e request latency in seconds.",
                 st.e2e,
+            ),
+            (
+                "vllm:request_queue_time_seconds",
+                "Histogram of time spent in WAITING phase for request.",
+                st.queue,
             ),
         ):
             samples = [("_sum", lab, h.sum)]

@@ -219,3 +219,20 @@ def test_process_mode_serves_and_shares_its_send_log():
         assert r.status_code == 200
         entry = sim.send_log["proc-1"]
         assert entry.completion_tokens == 3 and entry.chunks
+
+
+def test_metrics_page_carries_cache_config_and_queue_time():
+    from inferwise.probes.prom import parse_prometheus
+
+    async def main(sim):
+        async with httpx.AsyncClient(base_url=sim.base_url, timeout=20) as client:
+            await asyncio.gather(*[_stream(client, f"m-{i}", 5) for i in range(3)])
+            return (await client.get("/metrics")).text
+
+    with SimServer(ttft_ms=5, itl_ms=5, max_num_seqs=1, kv_capacity_tokens=4096) as sim:
+        samples = parse_prometheus(asyncio.run(main(sim)))
+    by_name = {s.name: s for s in samples}
+    assert by_name["vllm:cache_config_info"].labels["num_gpu_blocks"] == "256"
+    assert by_name["vllm:request_queue_time_seconds_count"].value == 3
+    # one slot: the later requests waited for the earlier ones (about 5 + 4 * 5 ms each)
+    assert by_name["vllm:request_queue_time_seconds_sum"].value > 0.03
