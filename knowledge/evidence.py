@@ -382,17 +382,22 @@ def _calculator_facts(a: Analysis) -> None:
         return
     inp, out = _sizing_lengths(a)
     # Requests in flight hold typical, not worst-case, contexts: size the KV question with
-    # p50 lengths (the p95 would call a healthy cache "full").
+    # p50 lengths (the p95 would call a healthy cache "full"). Observed concurrency and rates
+    # are for the whole deployment; fit and predict describe one replica.
     context = int(inp + (out or 0)) if inp else None
     concurrency = a.value("observations.concurrency") or a.value("traffic.concurrency")
+    replicas = max(1, int(a.value("derived.replicas") or 1))
 
-    fit = run_fit(a.workload, context, int(concurrency) if concurrency else None)
+    fit = run_fit(
+        a.workload, context, max(1, round(concurrency / replicas)) if concurrency else None
+    )
     a.calcs["fit"] = fit
     a.notes.extend(fit.notes)
     if fit.result:
         r = fit.result
         answer = r.get("answer") or {}
         a.put("fit.fits", r.get("fits"), "computed")
+        a.put("fit.quantization", r.get("quantization"), "computed", "as the engine would load it")
         if answer.get("max_concurrency_at_context") is not None:
             a.put(
                 "fit.max_concurrency",
@@ -407,9 +412,10 @@ def _calculator_facts(a: Analysis) -> None:
         if per.get("weights_gib") and per.get("usable_gib"):
             a.put("fit.weights_share", per["weights_gib"] / per["usable_gib"], "computed")
         obs_c = a.value("observations.concurrency")
+        obs_c = obs_c / replicas if obs_c else obs_c
         fit_c = a.value("fit.max_concurrency")
         if obs_c and fit_c:
-            a.put("derived.concurrency_over_fit", obs_c / fit_c, "derived")
+            a.put("derived.concurrency_over_fit", obs_c / fit_c, "derived", "per replica")
         elif obs_c and fit_c == 0:
             a.put("derived.no_request_fits", True, "derived", f"context {context} tokens")
 
@@ -420,11 +426,12 @@ def _calculator_facts(a: Analysis) -> None:
         return
     rate = a.value("traffic.arrival_rate_rps")
     if concurrency or not rate:
-        pred = run_predict(a.workload, inp, out, concurrency=concurrency or 1)
-        at = f"at concurrency {int(concurrency or 1)}"
+        per = max(1.0, (concurrency or 1) / replicas)
+        pred = run_predict(a.workload, inp, out, concurrency=per)
+        at = f"at concurrency {per:.0f} per replica"
     else:
-        pred = run_predict(a.workload, inp, out, request_rate=rate)
-        at = f"at {rate:g} req/s"
+        pred = run_predict(a.workload, inp, out, request_rate=rate / replicas)
+        at = f"at {rate / replicas:g} req/s per replica"
     a.calcs["predict"] = pred
     a.notes.extend(pred.notes)
     if pred.result:
@@ -451,12 +458,15 @@ def _calculator_facts(a: Analysis) -> None:
         pred_itl = a.value("predicted.itl_ms")
         if obs_itl and pred_itl:
             a.put("derived.itl_over_predicted", obs_itl / pred_itl, "derived")
-        obs_ttft = _pct(a, "observations.ttft_ms", "p50")
-        pred_ttft = a.value("predicted.ttft_ms")
-        if obs_ttft and pred_ttft:
-            a.put("derived.ttft_over_predicted", obs_ttft / pred_ttft, "derived")
     single = run_predict(a.workload, inp, out, concurrency=1)
     a.calcs["predict_c1"] = single
+    # TTFT of a request alone is its prefill: the reference for "is the extra time queueing?"
+    ttft_c1 = _typical((single.result or {}).get("ttft_ms"))
+    obs_ttft = _pct(a, "observations.ttft_ms", "p50")
+    if ttft_c1:
+        a.put("predicted.prefill_ms", ttft_c1, "computed", "TTFT at concurrency 1")
+        if obs_ttft:
+            a.put("derived.ttft_over_prefill", obs_ttft / ttft_c1, "derived")
     itl_c1 = _typical((single.result or {}).get("itl_ms"))
     if itl_c1:
         a.put("predicted.itl_ms_c1", itl_c1, "computed", "at concurrency 1")

@@ -458,6 +458,10 @@ def _applicable(a: Analysis, pb: Any) -> bool:
     if pb.id in ("prefix_caching", "prompt_restructuring"):
         shared = a.value("traffic.shared_prefix_fraction")
         return shared is None or shared >= 0.2
+    if pb.id == "weight_quantization":
+        q = a.value("deployment.quantization") or a.value("fit.quantization")
+        if q and str(q).lower() not in ("none", "auto"):
+            return False  # already quantized: the next step is a different format, not this one
     if pb.id == "separate_batch_traffic":
         return bool(a.value("traffic.batch_share")) or a.value("traffic.mode") == "mixed"
     if pb.id == "expert_parallelism":

@@ -152,7 +152,9 @@ class WorkloadDeployment(_Strict):
 
 
 class Observations(_Strict):
-    """What was measured on the running system (percentiles, fractions 0-1)."""
+    """What was measured on the running system (percentiles, fractions 0-1). Counts and
+    rates (concurrency, queue_depth, requests_per_s) are for the whole deployment; the
+    reasoning divides by deployment.replicas where it compares with one replica."""
 
     ttft_ms: Percentiles | None = None
     itl_ms: Percentiles | None = None
