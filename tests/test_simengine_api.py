@@ -224,3 +224,41 @@ def test_small_answers_are_not_held_back_by_nagle():
             c.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
             times.append((time.perf_counter() - t0) * 1000)
     assert statistics.median(times) < 20, times
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_inferwise_sim_command_serves_and_stops_cleanly(sig):
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "inferwise.server",
+        "sim",
+        "--port",
+        "0",
+        "--ttft-ms",
+        "5",
+        "--itl-ms",
+        "1",
+    ]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        port = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line).group(1)
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/completions",
+            json={"prompt": "x", "max_tokens": 3},
+            timeout=10,
+        )
+        assert r.json()["usage"]["completion_tokens"] == 3
+        proc.send_signal(getattr(signal, sig))
+        assert proc.wait(timeout=15) == 0
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
