@@ -183,7 +183,8 @@ async def _child(setup: dict[str, Any]) -> None:
     from inferwise.probes.health import LoopLagSampler
     from inferwise.probes.loadgen import closed_loop, open_loop
     from inferwise.probes.prompts import LengthSpec, Workload, load_dataset
-    from inferwise.probes.runner import ProbeRequest, _Ctx, _send_one
+    from inferwise.probes.runner import ProbeRequest
+    from inferwise.probes.session import ProbeContext, send_one
 
     req = ProbeRequest.model_validate(setup["req"])
     api_key = os.environ.get(req.api_key_env) or None
@@ -200,7 +201,7 @@ async def _child(setup: dict[str, Any]) -> None:
     timeouts = Timeouts(
         req.connect_timeout_s, req.read_timeout_s, req.stall_timeout_s, req.total_timeout_s
     )
-    ctx = _Ctx(
+    ctx = ProbeContext(
         req, pool, api_key, [api_key] if api_key else [], timeouts, workload, setup["model"], None
     )
     ctx.ignore_eos, ctx.continuous_usage = setup["ignore_eos"], setup["continuous_usage"]
@@ -219,7 +220,7 @@ async def _child(setup: dict[str, Any]) -> None:
         await pool.preconnect(go.get("concurrency") or min(8, go.get("max_in_flight", 8)), timeouts)
 
     async def send(i: int, scheduled: float | None, warmup: bool) -> RequestRecord:
-        return await _send_one(ctx, origin, i, scheduled, warmup)
+        return await send_one(ctx, origin, i, scheduled, warmup)
 
     async def on_record(rec: RequestRecord) -> None:
         err = ctx.workload_errors.pop() if ctx.workload_errors else None

@@ -1,0 +1,517 @@
+"""One measured run against an endpoint: the work `inferwise probe` repeats per sweep point.
+
+What happens between "the target is approved" and "the run is closed":
+find the model and which optional request fields the server accepts,
+calibrate synthetic prompt lengths, send warm-up requests, drive the measured
+load (in this event loop or in worker processes), commit every finished
+request to the store as it completes, scrape the server's /metrics beside it
+on a thread of its own, and close the run as complete, failed or interrupted
+(Ctrl-C / SIGTERM keep every finished request).
+
+The input and output models live in :mod:`inferwise.probes.runner`; this
+module is imported only when a probe actually runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable
+from typing import Any
+
+from inferwise.probes.records import RequestRecord
+from inferwise.probes.runner import Calibration, ProbeRequest, Progress, display_url
+from inferwise.probes.summary import ProbeSummary
+
+
+async def report_progress(
+    progress: Progress | None, done: float, total: float | None, msg: str
+) -> None:
+    if progress is None:
+        return
+    with contextlib.suppress(Exception):
+        await progress(done, total, msg)
+
+
+@dataclasses.dataclass
+class ProbeContext:
+    req: ProbeRequest
+    pool: Any
+    api_key: str | None
+    secrets: list[str]
+    timeouts: Any
+    workload: Any
+    model: str
+    store: Any
+    ignore_eos: bool = True
+    continuous_usage: bool = True
+    workload_errors: list[float] = dataclasses.field(default_factory=list)
+    """Relative prompt-length errors (server prompt_tokens vs target), for the calibration report."""
+
+
+async def discover_model(ctx: ProbeContext) -> tuple[str | None, str | None]:
+    import json
+
+    from inferwise.probes.client import exchange
+
+    out = await exchange(
+        ctx.pool, "/models", b"", api_key=ctx.api_key, timeouts=ctx.timeouts, method="GET"
+    )
+    if out.error_class or not out.status or out.status >= 400:
+        return (
+            None,
+            f"could not list models ({out.error_class or f'HTTP {out.status}'}); pass --model",
+        )
+    try:
+        data = json.loads(b"".join(d for _, d in out.reads))
+        return str(data["data"][0]["id"]), None
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None, "the server's /v1/models reply lists no model; pass --model"
+
+
+async def negotiate(ctx: ProbeContext) -> list[str]:
+    """Find which optional request fields the server accepts. Engines (vLLM, SGLang,
+    llama.cpp) take ignore_eos and per-chunk usage; strict hosted APIs answer 400 to
+    unknown fields. One short request per combination, until one is accepted."""
+    from inferwise.probes.client import exchange, request_body
+
+    want_eos = ctx.req.ignore_eos
+    combos = [(want_eos, True), (want_eos, False)]
+    if want_eos:
+        combos += [(False, True), (False, False)]
+    for eos, cont in combos:
+        path, body = request_body(
+            ctx.req.endpoint,
+            ctx.model,
+            "Say hi.",
+            2,
+            stream=ctx.req.stream,
+            ignore_eos=eos,
+            continuous_usage=cont,
+        )
+        out = await exchange(ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts)
+        if out.status not in (400, 422):
+            ctx.ignore_eos, ctx.continuous_usage = eos, cont
+            notes = []
+            if want_eos and not eos:
+                notes.append(
+                    "the server rejects ignore_eos/min_tokens: output lengths are capped by max_tokens, not fixed"
+                )
+            if not cont and ctx.req.stream:
+                notes.append(
+                    "the server rejects per-chunk usage: tokens per chunk are estimated from the final usage"
+                )
+            return notes
+    return []
+
+
+async def calibrate(ctx: ProbeContext) -> Calibration:
+    import random
+
+    from inferwise.probes.client import exchange, request_body, to_record
+    from inferwise.probes.prompts import fit_calibration
+
+    points: list[tuple[int, int]] = []
+    for words in (64, 512):
+        text = ctx.workload.synthetic_text(random.Random(words), words)
+        path, body = request_body(
+            ctx.req.endpoint, ctx.model, text, 1, stream=False, ignore_eos=False
+        )
+        out = await exchange(ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts)
+        rec = to_record(out, index=0, origin=0.0, stream=False, secrets=ctx.secrets)
+        if not rec.ok or rec.input_tokens is None:
+            why = rec.error_class or "no prompt_tokens in usage"
+            return Calibration(note=f"not calibrated ({why}); assumed one token per word")
+        points.append((words, rec.input_tokens))
+    a, b = fit_calibration(points)
+    ctx.workload.calibrate(a, b)
+    return Calibration(calibrated=True, overhead_tokens=round(a, 2), tokens_per_word=round(b, 4))
+
+
+async def send_one(
+    ctx: ProbeContext, origin: float, index: int, scheduled: float | None, warmup: bool
+) -> RequestRecord:
+    from inferwise.probes.client import exchange, request_body, retry_after_s, to_record
+
+    item = ctx.workload.item(index)
+    path, body = request_body(
+        ctx.req.endpoint,
+        ctx.model,
+        item.text,
+        item.max_tokens,
+        stream=ctx.req.stream,
+        ignore_eos=ctx.ignore_eos,
+        continuous_usage=ctx.continuous_usage,
+        messages=item.messages,
+    )
+    out = await exchange(ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts)
+    first_start = out.start_t
+    tries = 0
+    while ctx.req.honor_retry_after and out.status == 429 and tries < 3:
+        wait = retry_after_s(out.headers)
+        if wait is None or wait > 60:
+            break
+        tries += 1
+        await asyncio.sleep(wait)
+        out = await exchange(ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts)
+    if out.start_t != first_start:
+        out = dataclasses.replace(out, start_t=first_start)  # the user waited through the retries
+    rec = to_record(
+        out,
+        index=index,
+        origin=origin,
+        stream=ctx.req.stream,
+        warmup=warmup,
+        scheduled_s=scheduled,
+        secrets=ctx.secrets,
+        store_text=ctx.req.store_text,
+        prompt=item.text,
+    )
+    if item.target_input_tokens and rec.input_tokens:
+        ctx.workload_errors.append(
+            (rec.input_tokens - item.target_input_tokens) / item.target_input_tokens
+        )
+    return rec
+
+
+async def run_point(
+    ctx: ProbeContext,
+    *,
+    concurrency: int | None,
+    rate: float | None,
+    requests: int | None,
+    duration_s: float | None,
+    labels: dict[str, str],
+    meta: dict[str, Any],
+    progress: Progress | None,
+    stop: asyncio.Event,
+) -> tuple[str, str, ProbeSummary, list[RequestRecord], dict[str, float], list[str]]:
+    from inferwise.probes.health import LoopLagSampler
+    from inferwise.probes.loadgen import arrival_schedule, closed_loop, open_loop
+    from inferwise.probes.summary import summarize
+
+    req = ctx.req
+    config = req.model_dump(mode="json", exclude={"db", "api_key_env", "allow_hosts"})
+    config.update(
+        {
+            "url": display_url(req.url),
+            "concurrency": concurrency,
+            "request_rate": rate,
+            "requests": requests,
+        }
+    )
+    run_id = ctx.store.create_run(labels=labels, config=config, meta=meta)
+    records: list[RequestRecord] = []
+    counts = Counter()
+    notes: list[str] = []
+    t_begin = time.monotonic()
+    origin = t_begin
+    total = (requests or 0) + req.warmup_requests or None
+
+    async def on_record(rec: RequestRecord) -> None:
+        ctx.store.add_request(run_id, rec)
+        records.append(rec)
+        counts["ok" if rec.ok else "failed"] += 1
+        done = counts["ok"] + counts["failed"]
+        elapsed = time.monotonic() - t_begin
+        await report_progress(
+            progress,
+            done,
+            total,
+            f"completed {counts['ok']}, failed {counts['failed']}, {done / elapsed if elapsed > 0 else 0:.1f} req/s",
+        )
+
+    def send(i: int, scheduled: float | None, warmup: bool) -> Awaitable[RequestRecord]:
+        return send_one(ctx, origin, i, scheduled, warmup)
+
+    lag = LoopLagSampler()
+    server_last: dict[str, float] = {}
+    scraper = None
+    if req.metrics_interval_s > 0:
+        scraper = ScrapeThread(ctx, run_id, origin, server_last, notes)
+        scraper.start()
+
+    worker_lag: list[float] = []
+
+    async def drive_in_workers() -> None:
+        from inferwise.probes.workers import drive_workers
+
+        async def on_worker_record(rec: RequestRecord, err: float | None) -> None:
+            if err is not None:
+                ctx.workload_errors.append(err)
+            await on_record(rec)
+
+        w = ctx.workload
+        setup = {
+            "req": req.model_dump(mode="json"),
+            "model": ctx.model,
+            "ignore_eos": ctx.ignore_eos,
+            "continuous_usage": ctx.continuous_usage,
+            "calibration": [w.overhead_tokens, w.tokens_per_word] if w.calibrated else None,
+            "connect_host": ctx.pool.target.connect_host,
+            "origin": origin,
+            "preconnect": req.preconnect,
+        }
+        cap = requests if requests is not None else req.max_requests - req.warmup_requests
+        schedule = None
+        if rate is not None:
+            schedule = arrival_schedule(
+                rate, req.burstiness, count=cap, duration_s=duration_s, seed=req.seed
+            )
+        worker_lag.extend(
+            await drive_workers(
+                n=req.workers,
+                setup=setup,
+                mode="closed" if rate is None else "open",
+                concurrency=concurrency or 1,
+                first_index=req.warmup_requests,
+                count=cap,
+                schedule=schedule,
+                origin=origin,
+                duration_s=duration_s,
+                max_in_flight=req.max_concurrency,
+                on_record=on_worker_record,
+                notes=notes,
+            )
+        )
+
+    async def drive() -> None:
+        if req.warmup_requests:
+            await closed_loop(
+                send,
+                on_record,
+                concurrency=concurrency or min(req.warmup_requests, 8),
+                first_index=0,
+                count=req.warmup_requests,
+                deadline=None,
+                warmup=True,
+            )
+        if req.workers > 1:
+            await drive_in_workers()
+            return
+        if req.preconnect:
+            await ctx.pool.preconnect(min(concurrency or 8, req.max_concurrency), ctx.timeouts)
+        lag.start()
+        start = time.monotonic()
+        deadline = start + duration_s if duration_s is not None else None
+        if rate is None:
+            await closed_loop(
+                send,
+                on_record,
+                concurrency=concurrency or 1,
+                first_index=req.warmup_requests,
+                # a duration-bounded run still stops at the request cap
+                count=requests if requests is not None else req.max_requests - req.warmup_requests,
+                deadline=deadline,
+            )
+        else:
+            cap = requests if requests is not None else req.max_requests - req.warmup_requests
+            schedule = arrival_schedule(
+                rate,
+                req.burstiness,
+                count=cap,
+                duration_s=duration_s,
+                seed=req.seed,
+                start_s=start - origin,
+            )
+            await open_loop(
+                send,
+                on_record,
+                schedule=schedule,
+                origin=origin,
+                first_index=req.warmup_requests,
+                max_in_flight=req.max_concurrency,
+                deadline=deadline,
+            )
+
+    task = asyncio.create_task(drive())
+    waiter = asyncio.create_task(stop.wait())
+    status = "complete"
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            status = "interrupted"
+        elif task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+        elif stop.is_set():
+            status = "interrupted"
+    except asyncio.CancelledError:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        ctx.store.finish_run(
+            run_id,
+            "interrupted",
+            summarize(
+                records,
+                slo=req.slo,
+                window_s=None,
+                loop_lag_ms=worker_lag or lag.stop(),
+                workers=req.workers,
+            ),
+        )
+        raise
+    finally:
+        waiter.cancel()
+        if scraper is not None:
+            await scraper.stop()
+    if status == "interrupted":
+        notes.append(
+            f"interrupted: {len(records)} finished requests kept, requests in flight were cancelled"
+        )
+    summary = summarize(
+        records,
+        slo=req.slo,
+        window_s=None,
+        loop_lag_ms=worker_lag or lag.stop(),
+        workers=req.workers,
+    )
+    measured = [r for r in records if not r.warmup]
+    if measured and summary.completed == 0 and status == "complete":
+        status = "failed"
+    ctx.store.finish_run(run_id, status, summary)  # type: ignore[arg-type]
+    return run_id, status, summary, records, server_last, notes
+
+
+class ScrapeThread:
+    """Runs the /metrics scraper on its own thread and event loop.
+
+    Parsing a real vLLM metrics page (1,000+ lines) takes tens of milliseconds of
+    pure Python; on the probe's loop that would freeze every stream's
+    timestamps once per scrape. On a thread, the probe's loop only waits for
+    the GIL, and the switch interval is lowered while the run lasts so that
+    wait stays under a millisecond."""
+
+    def __init__(
+        self,
+        ctx: ProbeContext,
+        run_id: str,
+        origin: float,
+        last: dict[str, float],
+        notes: list[str],
+    ):
+        self.args = (ctx, run_id, origin)
+        self.last = last
+        self.notes = notes
+        self.ready = threading.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stop_event: asyncio.Event | None = None
+        self.thread = threading.Thread(target=self._run, name="inferwise-scrape", daemon=True)
+        self.old_switch = sys.getswitchinterval()
+
+    def start(self) -> None:
+        sys.setswitchinterval(min(self.old_switch, 0.0005))
+        self.thread.start()
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self.loop = asyncio.get_running_loop()
+            self.stop_event = asyncio.Event()
+            self.ready.set()
+            await scrape_metrics(*self.args, self.stop_event, self.last, self.notes)
+
+        try:
+            asyncio.run(main())
+        finally:
+            self.ready.set()
+
+    async def stop(self) -> None:
+        try:
+            await asyncio.to_thread(self.ready.wait, 5)
+            if self.loop is not None and self.stop_event is not None:
+                with contextlib.suppress(RuntimeError):  # its loop already ended
+                    self.loop.call_soon_threadsafe(self.stop_event.set)
+            await asyncio.to_thread(self.thread.join, 10)
+        finally:
+            sys.setswitchinterval(self.old_switch)
+
+
+async def scrape_metrics(
+    ctx: ProbeContext,
+    run_id: str,
+    origin: float,
+    stop: asyncio.Event,
+    last: dict[str, float],
+    notes: list[str],
+) -> None:
+    """Best effort: the server's Prometheus metrics beside the run (a 404 ends it quietly)."""
+    try:
+        import httpx
+
+        from inferwise.probes.prom import scrape_loop
+
+        t = ctx.pool.target
+        host = f"[{t.connect_host}]" if ":" in t.connect_host else t.connect_host
+        url = f"{t.scheme}://{host}:{t.port}/metrics"
+        headers = {"Host": t.host_header}
+        if ctx.api_key:
+            headers["Authorization"] = f"Bearer {ctx.api_key}"
+
+        def sink(t_s: float, samples: list[Any]) -> None:
+            ctx.store.add_metric_samples(
+                run_id, [(t_s, s.name, s.labels, s.value) for s in samples]
+            )
+
+        if t.scheme == "https":
+            # TLS verifies the name, so connect by name (the policy approved its addresses)
+            url = f"https://{t.host_header}/metrics"
+        async with httpx.AsyncClient(headers=headers, trust_env=False) as client:
+            report = await scrape_loop(
+                client, url, ctx.req.metrics_interval_s, sink, stop, t0=origin
+            )
+        last.update(report.last)
+        if report.note and report.scrapes == 0 and "404" not in report.note:
+            notes.append(f"server metrics: {report.note}")
+    except Exception as exc:  # never fail a probe over metrics
+        notes.append(f"server metrics not recorded ({type(exc).__name__})")
+
+
+@contextlib.contextmanager
+def handle_signals(stop: asyncio.Event):
+    """SIGINT/SIGTERM end the run cleanly; a second SIGINT falls back to the previous handler.
+
+    Only in the main thread, and only for signals the event loop does not already
+    handle (a server hosting the probe, e.g. MCP over HTTP, keeps its own);
+    the previous handlers are put back afterwards."""
+    loop = asyncio.get_running_loop()
+    saved: dict[int, Any] = {}
+    owned = getattr(loop, "_signal_handlers", {})
+    if threading.current_thread() is threading.main_thread():
+
+        def first(sig: int) -> None:
+            stop.set()
+            if sig == signal.SIGINT:
+                _restore(signal.SIGINT)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if sig in owned:
+                continue
+            try:
+                previous = signal.getsignal(sig)
+                loop.add_signal_handler(sig, first, sig)
+                saved[sig] = previous
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+
+    def _restore(sig: int) -> None:
+        if sig not in saved:
+            return
+        previous = saved.pop(sig)
+        with contextlib.suppress(Exception):
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+
+    try:
+        yield
+    finally:
+        for sig in list(saved):
+            _restore(sig)
