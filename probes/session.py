@@ -41,6 +41,9 @@ async def report_progress(
 
 @dataclasses.dataclass
 class ProbeContext:
+    """What every request of a run shares: inputs, connection pool, key, workload, store,
+    and what the server turned out to accept."""
+
     req: ProbeRequest
     pool: Any
     api_key: str | None
