@@ -168,6 +168,8 @@ def _add_field(parser: argparse.ArgumentParser, name: str, info: Any) -> Callabl
         parser.add_argument(name, **kwargs)
     else:
         flags = [flag_name(name), *extra.get("cli_aliases", [])]
+        if info.is_required():
+            kwargs["required"] = True
         parser.add_argument(*flags, **kwargs)
     return convert
 
