@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -328,13 +329,24 @@ def serve(config: SimConfig, *, ready_line: bool = False) -> int:
         f"metrics at /metrics; Ctrl-C stops\n"
     )
     server = _uvicorn_server(app, config)
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal to whatever
+    # handler was there before; make that a clean exit (0) rather than death by SIGTERM
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
         sock.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 class SimServer:
