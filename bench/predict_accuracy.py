@@ -118,6 +118,8 @@ def fit(calibration: list[dict]) -> dict[str, object]:
             )
         if g == "default" and not start.per_layer_overhead_us:
             start = replace(start, per_layer_overhead_us=10.0)
+        if start.kv_bandwidth_fraction is None:
+            start = replace(start, kv_bandwidth_fraction=start.bandwidth_fraction * 0.8)
         if start.moe_compute_fraction is None:
             start = replace(start, moe_compute_fraction=start.compute_fraction)
         keys = (
@@ -126,6 +128,7 @@ def fit(calibration: list[dict]) -> dict[str, object]:
                 "moe_compute_fraction",
                 "per_layer_overhead_us",
                 "bandwidth_fraction",
+                "kv_bandwidth_fraction",
                 "step_overhead_ms",
                 "allreduce_latency_us",
                 "link_fraction",
@@ -136,6 +139,7 @@ def fit(calibration: list[dict]) -> dict[str, object]:
                 "bandwidth_fraction",
                 "step_overhead_ms",
                 "per_layer_overhead_us",
+                "kv_bandwidth_fraction",
                 "allreduce_latency_us",
             )
         )

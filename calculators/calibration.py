@@ -22,6 +22,7 @@ from .roofline import Efficiency
 EFFICIENCY_FILE = Path(__file__).parent / "data" / "efficiency.toml"
 
 _KEYS = (
+    "kv_bandwidth_fraction",
     "per_layer_overhead_us",
     "compute_fraction",
     "moe_compute_fraction",
@@ -82,6 +83,9 @@ def load_efficiency(gpu: Any, engine: str = "vllm") -> Efficiency:
             merged.get("moe_compute_fraction") or merged["compute_fraction"]
         ),
         per_layer_overhead_us=float(merged.get("per_layer_overhead_us", 0.0)),
+        kv_bandwidth_fraction=float(
+            merged.get("kv_bandwidth_fraction") or merged["bandwidth_fraction"]
+        ),
         source=f"data/efficiency.toml [{', '.join(used)}]: {merged.get('source', '')}",
     )
 
@@ -173,6 +177,7 @@ def metric_value(stats: Any, name: str) -> float:
 # --------------------------------------------------------------------------- fitting
 
 FIT_KEYS = (
+    "kv_bandwidth_fraction",
     "per_layer_overhead_us",
     "compute_fraction",
     "moe_compute_fraction",
@@ -187,6 +192,7 @@ _BOUNDS = {
     "bandwidth_fraction": (0.2, 0.92),
     "step_overhead_ms": (0.05, 20.0),
     "per_layer_overhead_us": (0.5, 300.0),
+    "kv_bandwidth_fraction": (0.1, 0.92),
     "per_seq_overhead_ms": (0.0, 0.2),
     "allreduce_latency_us": (2.0, 200.0),
     "link_fraction": (0.1, 0.95),

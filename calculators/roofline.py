@@ -131,6 +131,9 @@ class Efficiency:
     """Achievable fraction of the link bandwidth in an all-reduce."""
     eager_overhead_factor: float = 3.0
     """Multiplier on the step overhead without CUDA graphs (--enforce-eager)."""
+    kv_bandwidth_fraction: float | None = None
+    """Achievable fraction of bandwidth when attention reads the paged KV cache
+    (scattered blocks, many small sequences); None = bandwidth_fraction."""
     per_layer_overhead_us: float = 0.0
     """Per decoder layer per step: the floor of the dozen small kernels a layer
     launches, which does not shrink with the batch (visible at small batch)."""
@@ -149,7 +152,12 @@ class Efficiency:
             "link_fraction": self.link_fraction,
             "moe_compute_fraction": self.moe_fraction,
             "per_layer_overhead_us": self.per_layer_overhead_us,
+            "kv_bandwidth_fraction": self.kv_fraction,
         }
+
+    @property
+    def kv_fraction(self) -> float:
+        return self.kv_bandwidth_fraction if self.kv_bandwidth_fraction else self.bandwidth_fraction
 
     @property
     def moe_fraction(self) -> float:
@@ -222,8 +230,10 @@ class StepModel:
             touched = s.expected_experts_touched(tokens)
             weight_bytes = weight_bytes + s.moe_layers * touched * s.expert_weight_bytes
         kv_per_gpu = s.kv_bytes_per_token / tp
-        nbytes = weight_bytes / tp + kv_tokens * kv_per_gpu
-        memory_ms = nbytes / (hw.bandwidth_gb_per_s * 1e9 * e.bandwidth_fraction) * 1e3
+        kv_bytes = kv_tokens * kv_per_gpu
+        nbytes = weight_bytes / tp + kv_bytes
+        bw = hw.bandwidth_gb_per_s * 1e9
+        memory_ms = (weight_bytes / tp / e.bandwidth_fraction + kv_bytes / e.kv_fraction) / bw * 1e3
         # Tensor parallel: two all-reduces per layer of tokens x hidden activations (ring).
         comm_ms = 0.0 * tokens
         if tp > 1:
