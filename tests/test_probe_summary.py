@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from inferwise.probes.records import RequestRecord
 from inferwise.probes.summary import distribution, summarize
 
