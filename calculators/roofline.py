@@ -489,6 +489,15 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
     )
     eff = efficiency or load_efficiency(gpu, dep.engine)
     notes = [why, *cap["notes"]]
+    if efficiency is None and "engine." + dep.engine not in eff.source and dep.engine != "vllm":
+        notes.append(
+            f"no published {dep.engine} measurements in the calibration set: vLLM's factors used"
+        )
+    if gpu.interconnect == "pcie" and dep.tensor_parallel_size > 1:
+        notes.append(
+            "PCIe all-reduce latency is an assumed 40 us (no PCIe tensor-parallel measurements in "
+            "the calibration set); NVLink factors are fitted"
+        )
     if dep.pipeline_parallel_size > 1:
         notes.append(
             "pipeline parallelism modelled as sequential stages (one micro-batch in flight): "
