@@ -480,6 +480,9 @@ async def run_probe(
     if ctx.workload_errors:
         errs = ctx.workload_errors
         calibration.mean_input_tokens_error_pct = round(100 * sum(errs) / len(errs), 2)
+    short = _short_outputs(all_records, workload)
+    if short:
+        notes.append(short)
     for s in sweep:
         where = ""
         if len(sweep) > 1:
@@ -513,6 +516,24 @@ async def run_probe(
         db_path=str(store.path),
         all_failed=measured > 0 and completed == 0,
     )
+
+
+def _short_outputs(records: list[RequestRecord], workload: Any) -> str | None:
+    """Say so when the server stopped generating before max_tokens (it ignored
+    ignore_eos, or rejected it): decode time per request is then shorter than asked."""
+    asked = got = 0
+    for r in records:
+        if r.ok and not r.warmup and r.output_tokens is not None:
+            want = workload.item(r.index).max_tokens
+            if want:
+                asked += want
+                got += r.output_tokens
+    if asked and got < 0.9 * asked:
+        return (
+            f"outputs were {100 * got / asked:.0f} % of the max_tokens asked: the server stopped "
+            "early (end of sequence), so each request decoded fewer tokens than the load intended"
+        )
+    return None
 
 
 def _version() -> str:

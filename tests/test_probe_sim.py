@@ -66,3 +66,18 @@ def test_sim_faults_are_classified(tmp_path, fault, error_class) -> None:
         )
     assert res.all_failed
     assert [e.error_class for e in res.errors] == [error_class]
+
+
+def test_early_end_of_sequence_is_reported(tmp_path) -> None:
+    """A server that stops before max_tokens (here the sim, with ignore_eos turned off)."""
+    with SimServer(ttft_ms=5, itl_ms=1, eos_mean_tokens=4) as sim:
+        res = probe(
+            url=sim.base_url,
+            requests=6,
+            output_tokens=64,
+            ignore_eos=False,
+            metrics_interval_s=0,
+            db=str(tmp_path / "r.db"),
+        )
+    assert res.summary.completed == 6
+    assert any("stopped early" in n for n in res.notes)
