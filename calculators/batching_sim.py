@@ -97,13 +97,14 @@ def simulate(
     arrival_ms: Any | None = None,
     concurrency: int | None = None,
     max_steps: int = 2_000_000,
+    stagger_ms: float = 0.0,
 ) -> SimResult:
     """Run requests through the engine model.
 
     Open loop: ``arrival_ms`` gives each request's arrival (sorted). Closed
     loop: ``concurrency`` clients each send their next request the moment the
     previous one completes (benchmark_serving ``--max-concurrency`` with
-    ``--request-rate inf``). Neither: every request arrives at t=0 (offline).
+    ``--request-rate inf``); ``stagger_ms`` spreads the clients' first requests. Neither: every request arrives at t=0 (offline).
     """
     import numpy as np
 
@@ -113,7 +114,13 @@ def simulate(
     prompt = inp.tolist()
     outl = out.tolist()
     if arrival_ms is None:
-        arrivals = [0.0] * n if concurrency is None else [0.0] * min(concurrency, n)
+        if concurrency is None:
+            arrivals = [0.0] * n
+        else:
+            # Closed loop: clients start together (a benchmark) or spread evenly over
+            # `stagger_ms` (independent users, whose phases then stay spread).
+            c = min(concurrency, n)
+            arrivals = [stagger_ms * i / c for i in range(c)]
     else:
         arrivals = [float(a) for a in arrival_ms]
     closed = arrival_ms is None and concurrency is not None

@@ -338,7 +338,13 @@ def _simulate(
 
     inp, out = wl.arrays(n)
     if conc is not None:
-        res = simulate(model, inp, out, concurrency=conc)
+        # Users are independent: spread their first requests over one request's
+        # service time so they do not move in lock-step as a benchmark's clients do.
+        mean_in, mean_out = float(inp.mean()), float(out.mean())
+        service = model.prefill_ms(int(mean_in)) + mean_out * model.decode_ms(
+            conc, mean_in + mean_out / 2
+        )
+        res = simulate(model, inp, out, concurrency=conc, stagger_ms=service)
         stats = load_stats(res, conc)
     else:
         arr = poisson_arrivals_ms(n, float(rate), burst, seed=seed)
@@ -678,6 +684,11 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
         )
         + f", guardrails {req.guardrails_ms:g} ms, tool parsing {req.tool_parsing_ms:g} ms",
         f"design load = {'request_rate' if req.request_rate else 'concurrency'} x peak_to_mean ({req.peak_to_mean:g})",
+        *(
+            ["concurrency: independent users, first requests spread over one service time"]
+            if req.concurrency
+            else []
+        ),
         "engine stages simulated as in `inferwise predict` (same step model and calibrated factors)",
         *model.notes,
     ]

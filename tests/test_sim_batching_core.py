@@ -178,3 +178,14 @@ def test_every_request_finishes_in_order_of_its_events(n, conc, seqs, cap, seed)
     assert np.all(res.e2e_ms[done] >= res.ttft_ms[done] - 1e-9)
     assert np.all(res.queue_ms[done] <= res.ttft_ms[done] + 1e-9)
     assert res.max_running <= seqs
+
+
+def test_staggered_clients_do_not_move_in_lock_step():
+    m = model()
+    inp, out = np.full(400, 2000), np.full(400, 200)
+    lock = simulate(m, inp, out, concurrency=16)
+    spread = simulate(m, inp, out, concurrency=16, stagger_ms=3000.0)
+    assert np.all(lock.arrival_ms[:16] == 0)
+    assert spread.arrival_ms[15] == pytest.approx(3000.0 * 15 / 16)
+    # Lock-step waves prefill 16 prompts at once; spread clients prefill one at a time.
+    assert np.median(spread.ttft_ms) < np.median(lock.ttft_ms)
