@@ -54,6 +54,7 @@ VLLM_KNOWN_VERSIONS = (
     "0.19.0",
     "0.21.0",
     "0.24.0",
+    "0.25.0",
     "0.27.1",
 )
 """Releases where a rule below changes (and the default). A version between
@@ -106,6 +107,12 @@ class VllmRules:
     nccl_before_snapshot: bool
     """0.11+: the memory snapshot is taken after NCCL init, so NCCL buffers are
     no longer counted as non-torch growth (gpu_worker.py ``init_device``)."""
+    mrv2_dense: bool = False
+    """0.25+: dense (non-MoE) models run on Model Runner V2 by default
+    (vllm#44443, in the 0.25.0 release notes). Its profiling run samples a
+    dummy batch without sampling parameters, so the fp32 logits copy and the
+    top-k/top-p work never enter the profiled peak (vllm#57926): only the
+    logits in the model dtype do."""
     notes: tuple[str, ...] = field(default=())
 
 
@@ -139,6 +146,7 @@ def vllm_rules(version: str | None) -> VllmRules:
         tokens_from_concurrency=v >= (0, 21, 0),
         cuda_graphs_in_budget=v >= (0, 21, 0),
         nccl_before_snapshot=v >= (0, 11, 0),
+        mrv2_dense=v >= (0, 25, 0),
         sampler_bytes_per_logit=SAMPLER_BYTES_PER_LOGIT[_sampler_era(v)],
         notes=tuple(notes),
     )
@@ -221,6 +229,11 @@ def vllm_default_batching(
 #              (vllm#21489) implies ~40 B.
 #   V1 0.19+:  Qwen3.5 5.66 GiB peak with 1024 x 248k logits (vllm#50722),
 #              gpt-oss-20b ~1 GiB implied at 256 sequences        -> ~22 B
+#   MRV2 (dense models from 0.25, ``VllmRules.mrv2_dense``): the logits in
+#              the model dtype only (fit.py passes act_bytes). Qwen2.5-0.5B on
+#              an L4 (vllm#57926, MRV2) leaves ~0.85 GiB for activation,
+#              non-torch and CUDA graphs together, which a 22 B/logit sampler
+#              (0.8 GiB alone) could not fit in.
 SAMPLER_BYTES_PER_LOGIT = {"v0": 36.0, "v0_chunked": 0.0, "v1": 38.3, "v1_019": 22.0}
 # Fraction of the per-token forward working set (MLP and attention
 # intermediates at the model dtype) torch still holds at the peak; < 1

@@ -403,6 +403,12 @@ def _estimate(
     sampler_cost = rules.sampler_bytes_per_logit
     if not rules.v1 and max_model_len > 32768:
         sampler_cost = ep.SAMPLER_BYTES_PER_LOGIT["v0_chunked"]
+    if rules.mrv2_dense and arch.moe is None:
+        sampler_cost = act_bytes
+        assumptions.append(
+            "vLLM 0.25+ runs dense models on Model Runner V2, whose profiling run holds only the "
+            "logits in the model dtype for the sampler (no fp32 copy, vllm#57926)"
+        )
     act_last = ep.activation_peak_bytes(
         arch, act_bytes, mnbt, max_num_seqs, tp, rules.v1, sampler_cost
     )
