@@ -274,7 +274,7 @@ def main() -> int:
         f"transport={args.transport} workers={args.workers} cpus={out['cpus']} pinned={out['pinned']} load1={load:.1f}"
     )
     print(
-        "  c  matched  TTFT err med/p90/p99 ms   ITL err med / |med| / |p99| ms   SLO att meas/truth %   lag p99 ms"
+        "  c  matched  TTFT err med/p90/p99 ms   ITL err med / |med| / |p99| ms   SLO att meas/truth %   lag p99 ms  client"
     )
     for p in out["points"]:
         t, i, s = p["ttft_error_ms"], p["itl_error_ms"], p["slo_attainment_pct"]
@@ -282,6 +282,7 @@ def main() -> int:
             f"{p['concurrency']:>3} {p['matched_requests']:>8}   {t['median']:+6.2f} {t['p90']:+6.2f} {t['p99']:+7.2f}"
             f"        {i['median']:+6.3f} {i['median_abs']:6.3f} {i['p99_abs']:6.2f}"
             f"          {s['measured']:5.1f} / {s['truth']:5.1f}        {p['client_health']['loop_lag_p99_ms'] or 0:5.2f}"
+            f"  {'saturated' if p['client_health']['saturated'] else 'ok'}"
         )
     return 0
 
