@@ -362,6 +362,14 @@ def _observation_derived(a: Analysis) -> None:
 # --------------------------------------------------------------------------- calculators
 
 
+def _not_computed(notes: list[str]) -> list[str]:
+    """A calculator that could not answer is an assumption of everything after it: say so."""
+    return [
+        f"Not computed: {n.rstrip('.')}; the reasoning continues without these numbers."
+        for n in notes
+    ]
+
+
 def _typical(dist: Any) -> float | None:
     """A calculator distribution (dict of mean/p50/...) or plain number, as one typical value."""
     if isinstance(dist, dict):
@@ -392,7 +400,12 @@ def _calculator_facts(a: Analysis) -> None:
         a.workload, context, max(1, round(concurrency / replicas)) if concurrency else None
     )
     a.calcs["fit"] = fit
-    a.notes.extend(fit.notes)
+    a.assumptions.extend(_not_computed(fit.notes))
+    if fit.result is None and any(": model:" in n or ": gpu:" in n for n in fit.notes):
+        a.assumptions.append(
+            "`inferwise predict` and `inferwise budget` were skipped for the same reason."
+        )
+        return
     if fit.result:
         r = fit.result
         answer = r.get("answer") or {}
@@ -433,7 +446,7 @@ def _calculator_facts(a: Analysis) -> None:
         pred = run_predict(a.workload, inp, out, request_rate=rate / replicas)
         at = f"at {rate / replicas:g} req/s per replica"
     a.calcs["predict"] = pred
-    a.notes.extend(pred.notes)
+    a.assumptions.extend(_not_computed(pred.notes))
     if pred.result:
         r = pred.result
         for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "queue_ms"):
@@ -477,7 +490,7 @@ def _calculator_facts(a: Analysis) -> None:
     if a.workload.slo is not None:
         budget = run_budget(a.workload, inp, out)
         a.calcs["budget"] = budget
-        a.notes.extend(budget.notes)
+        a.assumptions.extend(_not_computed(budget.notes))
         if budget.result:
             max_rate = budget.result.get("max_rate_under_slo")
             a.put("budget.max_rate_under_slo", max_rate, "computed")

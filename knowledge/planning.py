@@ -1007,6 +1007,7 @@ def plan_experiments(req: PlanRequest) -> PlanResult:
         a.workload.deployment
         and a.workload.deployment.tensor_parallel_size is None
         and "fit" in a.calcs
+        and a.calcs["fit"].result is not None
     ):
         assumptions.append(
             "deployment.tensor_parallel_size is not stated: tensor parallelism 1 is assumed for computations on the stated deployment."

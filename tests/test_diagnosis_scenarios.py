@@ -157,7 +157,7 @@ def test_unknown_model_degrades_gracefully_and_says_so():
     }
     r = _diag(wl)
     assert _ids(r)[0] == "queueing"
-    assert any("fit" in n and "acme/secret-model-13b" in n for n in r.notes)
+    assert any("fit" in n and "acme/secret-model-13b" in n for n in r.assumptions)
     assert not [f for f in r.facts if f.source == "computed"]
 
 
