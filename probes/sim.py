@@ -137,6 +137,12 @@ class SimConfig(BaseModel):
         description="Count prefix-cache hits over 16-token blocks (with a deployment, hits skip prefill).",
     )
     # --- output
+    reasoning_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Chat: the first N output tokens stream as delta.reasoning_content (a reasoning model's "
+        "thinking), the rest as content.",
+    )
     tokens_per_chunk: int = Field(
         default=1, ge=1, le=64, description="Tokens carried by each streamed chunk."
     )
@@ -168,6 +174,12 @@ class SimConfig(BaseModel):
         le=1,
         description="Share of requests whose stream stalls for --stall-s mid-way.",
     )
+    fault_error_rate: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Share of requests that end with an error object mid-stream (500 when not streamed).",
+    )
     stall_s: float = Field(default=2.0, ge=0, le=600, description="Length of a stall, seconds.")
     slow_first_byte_ms: float = Field(
         default=0.0, ge=0, le=600_000, description="Delay before every response's first byte, ms."
@@ -179,7 +191,11 @@ class SimConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> SimConfig:
         total = (
-            self.fault_429_rate + self.fault_503_rate + self.fault_cut_rate + self.fault_stall_rate
+            self.fault_429_rate
+            + self.fault_503_rate
+            + self.fault_cut_rate
+            + self.fault_stall_rate
+            + self.fault_error_rate
         )
         if total > 1.0 + 1e-9:
             raise ValueError(f"fault rates add up to {total:g}; at most 1")
@@ -257,6 +273,8 @@ def build_app(config: SimConfig) -> Any:
         fault_503_rate=config.fault_503_rate,
         fault_cut_rate=config.fault_cut_rate,
         fault_stall_rate=config.fault_stall_rate,
+        fault_error_rate=config.fault_error_rate,
+        reasoning_tokens=config.reasoning_tokens,
         stall_s=config.stall_s,
         slow_first_byte_ms=config.slow_first_byte_ms,
     )

@@ -111,6 +111,8 @@ class SimSettings:
     fault_503_rate: float = 0.0
     fault_cut_rate: float = 0.0
     fault_stall_rate: float = 0.0
+    fault_error_rate: float = 0.0
+    reasoning_tokens: int = 0
     stall_s: float = 2.0
     slow_first_byte_ms: float = 0.0
 
@@ -230,11 +232,13 @@ class SimApp:
         seq = self.engine.submit(
             request_id, req["prompt"], req["max_tokens"], req["min_tokens"], req["ignore_eos"]
         )
-        cut_after = stall_after = None
+        cut_after = stall_after = error_after = None
         if fault == "cut":
             cut_after = self.rng.randint(1, max(req["max_tokens"] - 1, 1))
         elif fault == "stall":
             stall_after = self.rng.randint(1, max(req["max_tokens"] - 1, 1))
+        elif fault == "error":
+            error_after = self.rng.randint(1, max(req["max_tokens"] - 1, 1))
 
         disconnected = asyncio.Event()
 
@@ -251,16 +255,32 @@ class SimApp:
         try:
             if req["stream"]:
                 await self._stream(
-                    send, req, seq, entry, chat, cut_after, stall_after, disconnected
+                    send, req, seq, entry, chat, cut_after, stall_after, disconnected, error_after
                 )
             else:
-                await self._whole(send, req, seq, entry, chat, cut_after, stall_after, disconnected)
+                await self._whole(
+                    send, req, seq, entry, chat, cut_after, stall_after, disconnected, error_after
+                )
         finally:
             watcher.cancel()
             entry.admitted_s = seq.admitted_s
             entry.engine_first_token_s = seq.first_token_s
             if not seq.finished:
                 self.engine.cancel(seq)
+
+    def _delta(self, seed: int, start: int, k: int) -> dict[str, str]:
+        """Chat delta for output tokens start..start+k: the first `reasoning_tokens` are reasoning."""
+        r = self.s.reasoning_tokens
+        delta: dict[str, str] = {}
+        if start < r:
+            delta["reasoning_content"] = "".join(
+                output_token(seed, j) for j in range(start, min(start + k, r))
+            )
+        if start + k > r:
+            delta["content"] = "".join(
+                output_token(seed, j) for j in range(max(start, r), start + k)
+            )
+        return delta
 
     def _draw_fault(self) -> str | None:
         r = self.rng.random()
@@ -269,6 +289,7 @@ class SimApp:
             ("503", self.s.fault_503_rate),
             ("cut", self.s.fault_cut_rate),
             ("stall", self.s.fault_stall_rate),
+            ("error", self.s.fault_error_rate),
         ):
             if r < rate:
                 return name
@@ -392,6 +413,7 @@ class SimApp:
         cut_after: int | None,
         stall_after: int | None,
         disconnected: asyncio.Event,
+        error_after: int | None = None,
     ) -> None:
         rid = entry.request_id
         cid = ("chatcmpl-" if chat else "cmpl-") + rid
@@ -459,6 +481,22 @@ class SimApp:
                     entry.end_s = time.monotonic()
                     entry.finish_reason = "cut"
                     return  # leaves the chunked body unterminated: the client sees the connection drop
+                if error_after is not None and sent + k > error_after:
+                    # an error object mid-stream, then [DONE], as vLLM does when generation fails
+                    err = {
+                        "error": {
+                            "message": "internal error during generation (simulated)",
+                            "type": "InternalServerError",
+                            "param": None,
+                            "code": 500,
+                        }
+                    }
+                    body = b"data: " + json.dumps(err).encode() + b"\n\ndata: [DONE]\n\n"
+                    await send({"type": "http.response.body", "body": body, "more_body": False})
+                    entry.end_s = time.monotonic()
+                    entry.completion_tokens = sent
+                    entry.finish_reason = "error"
+                    return
                 if stall_after is not None and not stalled and sent >= stall_after:
                     stalled = True
                     await asyncio.sleep(self.s.stall_s)
@@ -470,7 +508,7 @@ class SimApp:
                 if chat:
                     choice = {
                         "index": 0,
-                        "delta": {"content": text},
+                        "delta": self._delta(seq.seed, sent, k),
                         "logprobs": None,
                         "finish_reason": None,
                     }
@@ -507,6 +545,7 @@ class SimApp:
         cut_after: int | None,
         stall_after: int | None,
         disconnected: asyncio.Event,
+        error_after: int | None = None,
     ) -> None:
         while not seq.finished:
             await seq.ready.wait()
@@ -517,6 +556,20 @@ class SimApp:
                 return
         if stall_after is not None:
             await asyncio.sleep(self.s.stall_s)
+        if error_after is not None:
+            entry.status = 500
+            entry.end_s = time.monotonic()
+            entry.finish_reason = "error"
+            await _send_error(
+                send,
+                500,
+                "internal error during generation (simulated)",
+                "InternalServerError",
+                None,
+                None,
+                entry.request_id,
+            )
+            return
         n = seq.generated
         text = "".join(output_token(seq.seed, j) for j in range(n))
         reason = "length" if seq.finish_reason == "length" else "stop"
@@ -535,7 +588,11 @@ class SimApp:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": text},
+                        "message": {
+                            "role": "assistant",
+                            "content": None,
+                            **self._delta(seq.seed, 0, n),
+                        },
                         "logprobs": None,
                         "finish_reason": reason,
                     }

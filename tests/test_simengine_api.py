@@ -262,3 +262,32 @@ def test_inferwise_sim_command_serves_and_stops_cleanly(sig):
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=5)
+
+
+def test_reasoning_tokens_stream_as_reasoning_content_first():
+    with SimServer(ttft_ms=1, itl_ms=1, reasoning_tokens=3) as server:
+        body = {"messages": [{"role": "user", "content": "think"}], "max_tokens": 5, "stream": True}
+        r = httpx.post(server.base_url + "/v1/chat/completions", json=body, timeout=10)
+        deltas = [json.loads(e)["choices"][0]["delta"] for e in _events(r.text)[:-1]]
+        kinds = [next(iter(d)) for d in deltas[1:] if d]
+        assert kinds == ["reasoning_content"] * 3 + ["content"] * 2
+        whole = httpx.post(
+            server.base_url + "/v1/chat/completions", json={**body, "stream": False}, timeout=10
+        )
+        msg = whole.json()["choices"][0]["message"]
+        assert len(tokenize(msg["reasoning_content"])) == 3 and len(tokenize(msg["content"])) == 2
+
+
+def test_error_fault_sends_an_error_object_mid_stream():
+    with SimServer(ttft_ms=1, itl_ms=1, fault_error_rate=1.0) as server:
+        body = {"prompt": "x", "max_tokens": 8, "stream": True}
+        r = httpx.post(server.base_url + "/v1/completions", json=body, timeout=10)
+        events = _events(r.text)
+        assert r.status_code == 200 and events[-1] == "[DONE]"
+        err = json.loads(events[-2])["error"]
+        assert err["code"] == 500 and err["message"]
+        assert 1 <= len(events) - 2 < 8  # some tokens came before the error
+        r = httpx.post(
+            server.base_url + "/v1/completions", json={**body, "stream": False}, timeout=10
+        )
+        assert r.status_code == 500 and r.json()["error"]["code"] == 500
