@@ -269,9 +269,9 @@ class GeneratedModel:
     file_bytes: int
 
 
-# A ChatML-shaped template written with plain-text markers: llama.cpp renders it
-# with its jinja engine so /v1/chat/completions works. The markers are ordinary
-# text (not special tokens), which keeps the vocabulary trivial.
+# A ChatML template, rendered by llama.cpp's jinja engine for /v1/chat/completions.
+# Its markers are control tokens of the vocabulary, so a chat turn costs a handful
+# of tokens as with a real model (not dozens of spelled-out characters).
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
@@ -279,7 +279,9 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
-_N_SPECIAL = 3  # <unk>, <s>, </s>
+# id 0..4; <s>/</s> at llama.cpp's SentencePiece defaults (1, 2)
+_SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>")
+_N_SPECIAL = len(_SPECIAL_TOKENS)
 _N_BYTES = 256  # <0x00> .. <0xFF>: SentencePiece byte fallback, so any text tokenizes
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 # Common English words get a piece of their own, as in any real vocabulary, so
@@ -301,7 +303,7 @@ _COMMON_WORDS = (  # noqa: SIM905 - a word list reads better as text
     "build stay fall cut reach kill remain day man woman child life thing back three last "
     "own old big little different same next early young important few public bad able very "
     "much even still too never always often again really most down off through between "
-    "during before without against among"
+    "during before without against among user assistant"
 ).split()
 
 
@@ -353,7 +355,8 @@ def write_test_model(
     non-text tokens unreachable: every token embedding holds +1 in channel 0,
     no layer writes to it (row 0 of every attention-output and FFN-down matrix
     is zero), so after the final RMS norm channel 0 is always positive; the
-    output rows of <unk>, <s>, </s> and the 256 byte tokens carry -1e4 there,
+    output rows of the special tokens (<unk>, <s>, </s>, <|im_start|>,
+    <|im_end|>) and the 256 byte tokens carry -1e4 there,
     which puts their logits far below every word token. Hence generation never
     stops early and every sampled token is a visible word piece.
     """
@@ -379,8 +382,8 @@ def write_test_model(
     head_dim = n_embd // n_head
     n_embd_kv = head_dim * n_head_kv
 
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(_N_BYTES)]
-    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    tokens = list(_SPECIAL_TOKENS) + [f"<0x{b:02X}>" for b in range(_N_BYTES)]
+    types = [gguf.TokenType.UNKNOWN] + [gguf.TokenType.CONTROL] * (_N_SPECIAL - 1)
     types += [gguf.TokenType.BYTE] * _N_BYTES
     scores = [0.0] * (_N_SPECIAL + _N_BYTES)
     words = _word_pieces(n_words, rng)
@@ -505,6 +508,7 @@ class LlamaServer:
     startup_timeout_s: float = 60.0
     log_path: Path | None = None
     port: int = 0
+    """0 picks a free port at start."""
     process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _log_fh: Any = field(default=None, init=False, repr=False)
 
@@ -546,8 +550,9 @@ class LlamaServer:
         if self.binary is None:
             self.binary = ensure_llama_server()
         last_error = ""
-        for _attempt in range(3):  # a chosen port can be taken before the server binds it
-            self.port = free_port()
+        fixed_port = self.port
+        for _attempt in range(1 if fixed_port else 3):  # a free port can be taken before we bind it
+            self.port = fixed_port or free_port()
             if self.log_path is None:
                 fd, name = tempfile.mkstemp(prefix="llama-server-", suffix=".log")
                 os.close(fd)
@@ -639,6 +644,13 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("model", help="write the random-weight test model")
     m.add_argument("path")
     m.add_argument("--seed", type=int, default=0)
+    v = sub.add_parser(
+        "serve", help="serve the test model (or --model) until Ctrl-C, to probe by hand"
+    )
+    v.add_argument("--model", help="a GGUF file; default: the test model written to a temp dir")
+    v.add_argument("--port", type=int, default=0, help="default: a free port")
+    v.add_argument("--slots", type=int, default=4, help="parallel slots (-np)")
+    v.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     try:
         if args.cmd == "build":
@@ -650,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
             print(found)
         elif args.cmd == "path":
             print(ensure_llama_server())
+        elif args.cmd == "serve":
+            return _serve(args)
         else:
             info = write_test_model(args.path, seed=args.seed)
             print(
@@ -660,6 +674,32 @@ def main(argv: list[str] | None = None) -> int:
     except EngineUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _serve(args: Any) -> int:
+    with tempfile.TemporaryDirectory(prefix="inferwise-llama-") as tmp:
+        model = Path(args.model) if args.model else write_test_model(Path(tmp) / "test.gguf").path
+        server = LlamaServer(
+            model_path=model,
+            n_parallel=args.slots,
+            threads=args.threads,
+            port=args.port,
+            log_path=Path(tmp) / "llama-server.log",
+        )
+        with server:
+            print(
+                f"llama-server (pid {server.pid}) serving {model.name} at {server.base_url}",
+                flush=True,
+            )
+            print(
+                f"try: inferwise probe {server.base_url} --concurrency 8 --requests 32", flush=True
+            )
+            try:
+                assert server.process is not None
+                server.process.wait()
+            except KeyboardInterrupt:
+                pass
     return 0
 
 

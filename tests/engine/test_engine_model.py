@@ -56,7 +56,9 @@ def test_metadata_is_what_llama_cpp_reads(tmp_path: Path) -> None:
     tokens = _field(r, "tokenizer.ggml.tokens")
     assert len(tokens) == info.n_vocab
     assert tokens[2] == "</s>" and _field(r, "tokenizer.ggml.eos_token_id") == 2
-    assert tokens[3 + 0x0A] == "<0x0A>"  # byte fallback: the newline token llama.cpp looks up
+    assert "<0x0A>" in tokens  # byte fallback: the newline token llama.cpp looks up
+    for marker in ("<|im_start|>", "<|im_end|>"):  # the chat template's markers are tokens
+        assert marker in tokens and marker in _field(r, "tokenizer.chat_template")
     assert "add_generation_prompt" in _field(r, "tokenizer.chat_template")
     names = {t.name for t in r.tensors}
     assert {"token_embd.weight", "output.weight", "blk.2.ffn_down.weight"} <= names
@@ -74,7 +76,12 @@ def test_end_of_text_and_byte_tokens_cannot_win(tmp_path: Path) -> None:
         assert not t[f"blk.{i}.attn_output.weight"][0].any()
         assert not t[f"blk.{i}.ffn_down.weight"][0].any()
     out = t["output.weight"]
-    banned = 3 + 256
+    tokens = _field(r, "tokenizer.ggml.tokens")
+    types = _field(r, "tokenizer.ggml.token_type")
+    banned = sum(1 for ty in types if ty != gguf.TokenType.NORMAL)
+    # every special and byte token comes before the words, and none of them can win
+    assert all(ty == gguf.TokenType.NORMAL for ty in types[banned:])
+    assert {"</s>", "<|im_end|>", "<0xFF>"} <= set(tokens[:banned])
     assert np.all(out[:banned, 0] <= -1e4 * 0.99)
     assert np.all(out[banned:, 0] == 0.0)
 
