@@ -161,3 +161,34 @@ def test_a_run_where_everything_failed_is_not_comparable_rather_than_an_error(tm
     ).candidates
     assert c.completed == 0 and c.failed == 10
     assert {m.verdict for m in c.metrics} == {"not comparable"}
+
+
+def test_results_are_valid_against_their_published_json_schemas(tmp_path):
+    """MCP clients get these as structured output: the JSON must match the schema the tool lists."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from inferwise.probes.runs import (
+        CompareRunsResult,
+        ListRunsRequest,
+        ListRunsResult,
+        RunDetail,
+        ShowRunRequest,
+        list_runs,
+        show_run,
+    )
+
+    db = tmp_path / "runs.db"
+    with RunStore(db) as store:
+        base = store_run(store, synthetic_records(60, seed=12))
+        cand = store_run(store, synthetic_records(60, seed=13, ttft_ms=300.0))
+    cases = [
+        (
+            compare_runs(CompareRunsRequest(run_ids=[base, cand], db=str(db), resamples=200)),
+            CompareRunsResult,
+        ),
+        (list_runs(ListRunsRequest(db=str(db))), ListRunsResult),
+        (show_run(ShowRunRequest(run_id=cand, db=str(db))), RunDetail),
+    ]
+    for result, model in cases:
+        jsonschema.validate(
+            result.model_dump(mode="json"), model.model_json_schema(mode="serialization")
+        )
