@@ -256,6 +256,11 @@ _NAMES: dict[str, dict[str, tuple[list[str], str]]] = {
         "kv_cache_tokens": (["sglang:num_used_tokens"], "sum"),
         "prefix_cache_hits": (["sglang:cached_tokens_total"], "sum"),
         "prefix_cache_hit_rate": (["sglang:cache_hit_rate"], "mean"),
+        # SGLang "retracts" a request when the KV cache runs out: its preemption
+        "preemptions": (
+            ["sglang:num_retracted_requests_total", "sglang:total_retracted_reqs"],
+            "sum",
+        ),
         "prompt_tokens": (["sglang:prompt_tokens_total"], "sum"),
         "generation_tokens": (["sglang:generation_tokens_total"], "sum"),
     },

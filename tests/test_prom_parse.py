@@ -64,6 +64,20 @@ def test_sglang_page():
     assert "preemptions" not in c  # not reported: absent, not zero
 
 
+def test_sglang_retractions_are_preemptions():
+    text = (
+        "# TYPE sglang:num_retracted_requests_total counter\n"
+        'sglang:num_retracted_requests_total{model_name="m",tp_rank="0"} 4.0\n'
+        "# TYPE sglang:num_retracted_reqs gauge\n"
+        'sglang:num_retracted_reqs{model_name="m",tp_rank="0"} 1.0\n'
+    )
+    assert normalize(parse_prometheus(text))["preemptions"] == 4
+    older = (
+        'sglang:total_retracted_reqs{model_name="m"} 9\nsglang:num_running_reqs{model_name="m"} 1\n'
+    )
+    assert normalize(parse_prometheus(older))["preemptions"] == 9
+
+
 def test_llamacpp_page():
     samples = _page("llamacpp.txt")
     assert detect_engine(samples) == "llamacpp"
