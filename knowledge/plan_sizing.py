@@ -1,0 +1,111 @@
+"""Greenfield sizing: candidate deployments (GPU x tensor parallelism) computed with the
+calculators before anything is rented or measured. Every figure is computed, never measured."""
+
+from __future__ import annotations
+
+import math
+
+from inferwise.knowledge.evidence import Analysis, _typical
+from inferwise.knowledge.plan_parts import Candidate, peak_rate
+
+
+def size_candidates(a: Analysis) -> list[Candidate]:
+    """Fit (and predict/budget where lengths are known) for each allowed GPU x TP degree."""
+    from inferwise.knowledge.sizing import gpu_info, run_budget, run_fit, run_predict
+
+    wl = a.workload
+    if wl.deployment is None or not wl.deployment.model:
+        return []
+    gpus = list(
+        dict.fromkeys(
+            (wl.constraints.gpus if wl.constraints and wl.constraints.gpus else [])
+            + ([wl.deployment.gpu] if wl.deployment.gpu else [])
+        )
+    )
+    if not gpus:
+        return []
+    max_gpus = wl.constraints.max_gpus if wl.constraints else None
+    tps = (
+        [wl.deployment.tensor_parallel_size] if wl.deployment.tensor_parallel_size else [1, 2, 4, 8]
+    )
+    tps = [t for t in tps if max_gpus is None or t <= max_gpus]
+    inp, out = a.value("derived.input_tokens_p50"), a.value("derived.output_tokens_p50")
+    p95_in = a.value("derived.input_tokens_p95")
+    context = int(p95_in + (out or 0)) if p95_in else None
+    conc = a.value("traffic.concurrency")
+    peak = peak_rate(a)
+    cands: list[Candidate] = []
+    for gpu in gpus[:4]:
+        g, note = gpu_info(gpu)
+        if g is None:
+            cands.append(Candidate(gpu=gpu, tensor_parallel_size=0, notes=[note or "unknown GPU"]))
+            continue
+        found_fit = False
+        for tp in tps:
+            over = {"gpu": gpu, "tensor_parallel_size": tp, "num_gpus": None}
+            c = Candidate(gpu=g.id, tensor_parallel_size=tp)
+            fit = run_fit(wl, context, int(conc) if conc else None, **over)
+            c.notes += fit.notes
+            if fit.result:
+                ans = fit.result.get("answer") or {}
+                c.fits = bool(fit.result.get("fits"))
+                c.max_concurrency = ans.get(
+                    "max_concurrency_at_context", fit.result.get("max_concurrency")
+                )
+                c.kv_cache_tokens = fit.result.get("kv_cache_tokens")
+            if c.fits is False:
+                cands.append(c)
+                continue
+            if inp and out:
+                pred = run_predict(wl, inp, out, concurrency=1, **over)
+                if pred.result:
+                    c.predicted_ttft_ms = _typical(pred.result.get("ttft_ms"))
+                    c.predicted_itl_ms = _typical(pred.result.get("itl_ms"))
+                    sat = (pred.result.get("saturation") or {}).get("max_requests_per_s")
+                    c.saturation_requests_per_s = float(sat) if sat else None
+                else:
+                    c.notes += pred.notes
+                if wl.slo is not None:
+                    bud = run_budget(wl, inp, out, **over)
+                    if bud.result:
+                        c.max_rate_under_slo = bud.result.get("max_rate_under_slo")
+                        if bud.result.get("feasible") is False:
+                            c.notes.append(
+                                f"SLO not met at the design load; binding stage: {bud.result.get('binding')}"
+                            )
+                    else:
+                        c.notes += bud.notes
+            capacity = c.max_rate_under_slo or c.saturation_requests_per_s
+            if capacity and peak:
+                c.replicas_needed = max(1, math.ceil(peak / capacity))
+                if not c.max_rate_under_slo:
+                    c.notes.append(
+                        "replicas from the saturation throughput (no SLO check): a lower bound"
+                    )
+                c.gpus_needed = c.replicas_needed * tp
+                if max_gpus is not None:
+                    c.within_max_gpus = c.gpus_needed <= max_gpus
+                    if not c.within_max_gpus:
+                        c.notes.append(
+                            f"needs {c.gpus_needed} GPUs > constraints.max_gpus {max_gpus}"
+                        )
+            c.notes = list(dict.fromkeys(c.notes))
+            cands.append(c)
+            if c.fits:
+                found_fit = True
+                if (
+                    wl.deployment.tensor_parallel_size is None
+                    and c.max_concurrency
+                    and c.max_concurrency >= (conc or 1) * 1.0
+                    and tp >= 2
+                ):
+                    break  # larger TP only adds communication once this one fits with room
+        if not found_fit and not tps:
+            cands.append(
+                Candidate(
+                    gpu=g.id,
+                    tensor_parallel_size=0,
+                    notes=["no tensor-parallel degree within constraints.max_gpus"],
+                )
+            )
+    return cands

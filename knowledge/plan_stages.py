@@ -1,0 +1,325 @@
+"""Plan stages: a baseline (and, for a new service, sizing) first, then one playbook per
+stage changing one variable, least complex first, and a combined validation last."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferwise.knowledge.diagnosis import Hypothesis
+from inferwise.knowledge.evidence import Analysis
+from inferwise.knowledge.plan_parts import (
+    Candidate,
+    Stage,
+    engine_of,
+    fmt_value,
+    peak_rate,
+    probe_command,
+    slo_items,
+)
+from inferwise.knowledge.rule_engine import load_table
+
+_ALREADY_DONE = {
+    "prefix_caching": ("deployment.enable_prefix_caching", True),
+    "fp8_kv_cache": ("deployment.kv_cache_dtype", "fp8"),
+    "warm_pools": ("deployment.scale_to_zero", False),
+    "prefix_aware_routing": ("derived.router_locality_aware", True),
+}
+
+
+def _applicable(a: Analysis, pb: Any) -> bool:
+    """Skip playbooks that are already in place or cannot apply to this deployment."""
+    done = _ALREADY_DONE.get(pb.id)
+    if done and a.value(done[0]) == done[1]:
+        return False
+    if pb.id == "prefix_aware_routing":
+        return a.value("derived.replicas") != 1
+    if pb.id in ("prefix_caching", "prompt_restructuring"):
+        shared = a.value("traffic.shared_prefix_fraction")
+        return shared is None or shared >= 0.2
+    if pb.id == "weight_quantization":
+        q = a.value("deployment.quantization") or a.value("fit.quantization")
+        if q and str(q).lower() not in ("none", "auto"):
+            return False  # already quantized: the next step is a different format, not this one
+    if pb.id == "separate_batch_traffic":
+        return bool(a.value("traffic.batch_share")) or a.value("traffic.mode") == "mixed"
+    if pb.id == "expert_parallelism":
+        fit = a.calcs.get("fit")
+        params = (fit.result or {}).get("parameters", {}) if fit else {}
+        return bool(params) and params.get("active_per_token", 0) < params.get("total", 0)
+    return True
+
+
+def knob_lines(pb: Any, engine: str) -> list[Any]:
+    mine = [k for k in pb.knobs if k.engine == engine]
+    generic = [k for k in pb.knobs if k.engine in ("generic", "kubernetes", "llm-d", "dynamo")]
+    return mine or generic or list(pb.knobs[:1])
+
+
+def _slo_line(a: Analysis) -> str:
+    items = [
+        f"{m.removesuffix('_ms').upper()} {k} <= {fmt_value(v, 'ms')}"
+        for m, k, v in slo_items(a.workload)
+    ]
+    peak = peak_rate(a)
+    where = f" at the peak rate {fmt_value(peak, 'req/s')}" if peak else " at the production load"
+    return ("; ".join(items) + where) if items else "the agreed latency targets (none stated yet)"
+
+
+def _effects(pb: Any) -> list[str]:
+    e = pb.effects
+    return [
+        f"TTFT: {e.ttft}",
+        f"ITL: {e.itl}",
+        f"Throughput: {e.throughput}",
+        f"Memory: {e.memory}",
+        f"Quality: {e.quality}",
+    ]
+
+
+def _playbook_stage(a: Analysis, pb: Any, hyp: str, url: str, engine: str) -> Stage:
+    knobs = knob_lines(pb, engine)
+    flags = "; ".join(f"`{k.flag}` ({k.engine})" for k in knobs)
+    guide = load_table("hypotheses.toml").get(hyp, {})
+    measure = [probe_command(a, url, pb.id), *pb.measure]
+    return Stage(
+        title=pb.title,
+        variable=pb.variable,
+        hypothesis=hyp,
+        playbook=pb.id,
+        complexity=pb.complexity,
+        change=f"{pb.summary} Change only {pb.variable}: {flags}."
+        + (f" Note: {knobs[0].note}" if knobs and knobs[0].note else ""),
+        measure=measure,
+        decisive_metric=str(guide.get("decisive", "")),
+        expected_tradeoffs=[*_effects(pb), *pb.risks],
+        acceptance=[
+            f"{_slo_line(a)}, compared with the baseline run (`inferwise runs compare BASELINE_RUN NEW_RUN`: the change must exceed run-to-run noise).",
+            *pb.acceptance,
+        ],
+        rollback=pb.rollback,
+    )
+
+
+def _baseline_stage(a: Analysis, url: str, leading: Hypothesis | None) -> Stage:
+    wl = a.workload
+    dep = wl.deployment
+    pinned = ", ".join(
+        x
+        for x in (
+            f"model {dep.model}" if dep and dep.model else "model revision",
+            f"engine {dep.engine} {dep.engine_version or '(pin the version)'}"
+            if dep and dep.engine
+            else "engine and version",
+            f"GPU {dep.gpu}" if dep and dep.gpu else "GPU type and count",
+            "precision, engine flags, prompt mix, output limits and load shape",
+        )
+    )
+    measure = [
+        probe_command(a, url, "baseline"),
+        "Repeat the run 3 times to know the run-to-run noise; keep the engine's /metrics scraped alongside (vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc, vllm:num_preemptions_total, vllm:prefix_cache_hits_total).",
+        "Run the product quality eval on the same deployment (the reference for every later stage).",
+    ]
+    if leading is not None:
+        n = len(leading.how_to_prove)
+        measure += [
+            f"Proof of '{leading.id}' ({i}/{n}, before changing anything): {step}"
+            for i, step in enumerate(leading.how_to_prove, 1)
+        ]
+    return Stage(
+        title="Reproducible baseline" + (f" and proof of '{leading.id}'" if leading else ""),
+        variable="none (measurement only)",
+        hypothesis=leading.id if leading else None,
+        change=f"Nothing. Pin {pinned}; warm up, then measure.",
+        measure=measure,
+        decisive_metric=leading.decisive_metric
+        if leading
+        else "TTFT/ITL/E2E percentiles and goodput at the production load",
+        expected_tradeoffs=[
+            "Costs GPU time only; no user impact when run against a staging replica."
+        ],
+        acceptance=[
+            "Three repeated runs agree within a few percent on TTFT p50/p95 and ITL p50 (else find the noise source first).",
+            "Every missing measurement listed above that the stage can measure is filled into the workload file.",
+            *(
+                [
+                    f"The decisive metric ({leading.decisive_metric}) confirms or rules out '{leading.id}'."
+                ]
+                if leading
+                else []
+            ),
+        ],
+        rollback="Nothing to roll back.",
+    )
+
+
+def _budget_command(a: Analysis, model: str, gpu: str) -> str:
+    """A runnable `inferwise budget` line with the workload's own SLOs, lengths and rate."""
+    parts = [f"inferwise budget --model {model} --gpu {gpu} --tensor-parallel-size N"]
+    inp, out = a.value("derived.input_tokens_p50"), a.value("derived.output_tokens_p50")
+    if inp and out:
+        parts.append(f"--input-tokens {int(inp)} --output-tokens {int(out)}")
+    p95_in = _pct_value(a, "traffic.input_tokens.p95")
+    if p95_in:
+        parts.append(f"--input-tokens-p95 {int(p95_in)}")
+    rate = a.value("traffic.arrival_rate_rps")
+    if rate:
+        parts.append(f"--request-rate {rate:g}")
+    ptm = a.value("traffic.peak_to_mean")
+    if ptm:
+        parts.append(f"--peak-to-mean {ptm:g}")
+    for metric, k, v in slo_items(a.workload):
+        if metric in ("ttft_ms", "itl_ms", "e2e_ms"):
+            parts.append(f"--slo-{metric.replace('_', '-')} {k}={v:g}")
+    return " ".join(parts)
+
+
+def _pct_value(a: Analysis, name: str) -> float | None:
+    v = a.value(name)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def _sizing_stage(a: Analysis, cands: list[Candidate]) -> Stage:
+    wl = a.workload
+    dep = wl.deployment
+    model = dep.model if dep and dep.model else "<model>"
+    gpus = (wl.constraints.gpus if wl.constraints and wl.constraints.gpus else None) or (
+        [dep.gpu] if dep and dep.gpu else ["<gpu>"]
+    )
+    inp, out = a.value("derived.input_tokens_p50"), a.value("derived.output_tokens_p50")
+    ctx = a.value("derived.input_tokens_p95")
+    cmds = []
+    for g in gpus[:2]:
+        cmds.append(
+            f"inferwise fit --model {model} --gpu {g} --tensor-parallel-size N"
+            + (
+                f" --context-tokens {int(ctx + (out or 0))}"
+                if ctx
+                else " --context-tokens <p95 prompt + output>"
+            )
+        )
+        cmds.append(
+            f"inferwise predict --model {model} --gpu {g} --tensor-parallel-size N"
+            + (
+                f" --input-tokens {int(inp)} --output-tokens {int(out)}"
+                if inp and out
+                else " --input-tokens <p50> --output-tokens <p50>"
+            )
+            + " --concurrency 1"
+        )
+        cmds.append(_budget_command(a, model, g))
+    fitting = [c for c in cands if c.fits]
+    accept = [
+        "A candidate fits with KV room for the peak concurrency and the SLO is feasible (`budget` feasible: true)."
+    ]
+    if wl.constraints and wl.constraints.max_gpus:
+        accept.append(
+            f"GPUs needed at peak (replicas x TP) <= constraints.max_gpus = {wl.constraints.max_gpus}."
+        )
+    if fitting:
+        best = fitting[0]
+        accept.append(
+            f"Computed so far: {best.gpu} with TP={best.tensor_parallel_size} fits (max concurrency {fmt_value(best.max_concurrency)}); confirm with the baseline."
+        )
+    return Stage(
+        title="Size candidate deployments (computed, before any GPU is rented)",
+        variable="none (computation only)",
+        change="Nothing deployed yet: compute memory fit, latency and capacity for each allowed GPU and tensor-parallel degree.",
+        measure=cmds,
+        decisive_metric="fit.fits, fit.max_concurrency and budget.max_rate_under_slo per candidate",
+        expected_tradeoffs=[
+            "Larger TP lowers ITL and raises KV room but adds communication and GPUs; more replicas add capacity at linear cost."
+        ],
+        acceptance=accept,
+        rollback="Nothing to roll back.",
+    )
+
+
+def _validation_stage(a: Analysis, url: str, changes: list[Stage]) -> Stage:
+    peak = peak_rate(a)
+    over = peak * 1.5 if peak else None
+    measure = [
+        probe_command(a, url, "combined", rate=peak) + "   (at the peak rate)",
+        probe_command(a, url, "overload", rate=over) + "   (overload: 1.5x peak)"
+        if over
+        else "An overload run at 1.5x the highest rate measured.",
+        "The product quality eval on the combined configuration.",
+        "Cold start: restart one replica and probe with --warmup-requests 0; scale-up and rollback drills.",
+    ]
+    return Stage(
+        title="Combined end-to-end validation",
+        variable="none (all accepted changes together)",
+        change="Deploy every change that passed its own stage, together, to a canary replica; changes interact (e.g. a larger token budget shrinks the KV cache), so attribution per stage does not prove the sum.",
+        measure=measure,
+        decisive_metric="goodput at the SLO and the tail percentiles at peak, plus the quality eval",
+        expected_tradeoffs=[
+            "Interactions can cancel gains measured alone; rerun the stage that regressed in isolation."
+        ],
+        acceptance=[
+            f"{_slo_line(a)} with all changes applied.",
+            "Quality eval not below the floor; error rate and cost within the acceptance criteria below.",
+            "Canary metrics match the staging run before the full rollout.",
+        ],
+        rollback="Redeploy the pinned baseline configuration (keep its image and flags until the new one has run a full peak period).",
+    )
+
+
+def build_stages(
+    a: Analysis,
+    hyps: list[Hypothesis],
+    leading: Hypothesis | None,
+    url: str,
+    greenfield: bool,
+    cands: list[Candidate],
+    max_stages: int,
+) -> list[Stage]:
+    from inferwise.knowledge.playbooks import playbooks_for
+
+    engine = engine_of(a.workload)
+    head: list[Stage] = []
+    if greenfield:
+        head.append(_sizing_stage(a, cands))
+    head.append(_baseline_stage(a, url, leading))
+    room = max(1, max_stages - len(head) - 1)
+    order = (
+        [leading, *[h for h in hyps if leading is None or h.id != leading.id]]
+        if leading
+        else list(hyps)
+    )
+    picked: list[tuple[Any, str, int]] = []
+    variables: set[str] = set()
+    for rank_i, h in enumerate(order[:3]):
+        if h is None:
+            continue
+        taken = 0
+        for pb in playbooks_for(h.id):
+            if (
+                taken >= (2 if rank_i == 0 else 1)
+                or not _applicable(a, pb)
+                or pb.variable in variables
+            ):
+                continue
+            picked.append((pb, h.id, rank_i))
+            variables.add(pb.variable)
+            taken += 1
+    picked.sort(key=lambda t: (t[0].complexity, t[2]))
+    middle = [_playbook_stage(a, pb, hyp, url, engine) for pb, hyp, _ in picked[:room]]
+    if not middle:
+        middle.append(
+            Stage(
+                title="Load sweep to find the knee",
+                variable="offered load (request rate)",
+                change="Raise the request rate step by step on the baseline configuration; nothing else changes.",
+                measure=[
+                    probe_command(a, url, "sweep").replace(
+                        "--request-rate", "--sweep 0.5,1,2,4 --request-rate"
+                    )
+                ],
+                decisive_metric="the rate where goodput stops growing and TTFT p95 crosses its target",
+                expected_tradeoffs=["Overload runs fill queues; run against staging."],
+                acceptance=[
+                    "The knee is above the peak rate with the headroom the availability target needs."
+                ],
+                rollback="Nothing to roll back.",
+            )
+        )
+    return [*head, *middle, _validation_stage(a, url, middle)]
