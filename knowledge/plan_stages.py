@@ -309,11 +309,7 @@ def build_stages(
                 title="Load sweep to find the knee",
                 variable="offered load (request rate)",
                 change="Raise the request rate step by step on the baseline configuration; nothing else changes.",
-                measure=[
-                    probe_command(a, url, "sweep").replace(
-                        "--request-rate", "--sweep 0.5,1,2,4 --request-rate"
-                    )
-                ],
+                measure=[_sweep_command(a, url)],
                 decisive_metric="the rate where goodput stops growing and TTFT p95 crosses its target",
                 expected_tradeoffs=["Overload runs fill queues; run against staging."],
                 acceptance=[
@@ -323,3 +319,14 @@ def build_stages(
             )
         )
     return [*head, *middle, _validation_stage(a, url, middle)]
+
+
+def _sweep_command(a: Analysis, url: str) -> str:
+    """A rate sweep around the workload's own rate (0.5x to 2x the peak), or a concurrency
+    sweep when no rate is known."""
+    cmd = probe_command(a, url, "sweep")
+    peak = peak_rate(a)
+    if peak and "--request-rate" in cmd:
+        rates = ",".join(f"{peak * f:.3g}" for f in (0.5, 1.0, 1.5, 2.0))
+        return cmd.replace("--request-rate", f"--sweep {rates} --request-rate")
+    return cmd
