@@ -283,3 +283,12 @@ def test_commands_in_the_plan_are_valid_inferwise_invocations(plans):
             if m.startswith("inferwise probe http"):
                 argv = shlex.split(m.split("   (")[0])[2:]
                 cli.parse_input("probe", probe.input_model, argv, probe.summary)
+
+
+def test_without_any_hypothesis_the_plan_still_has_three_stages_around_a_load_sweep():
+    p = _plan({"traffic": {"arrival_rate_rps": 4, "peak_to_mean": 2}})
+    assert p.hypotheses == [] and p.leading_hypothesis is None
+    titles = [s.title for s in p.stages]
+    assert len(titles) >= 3 and "Load sweep to find the knee" in titles
+    sweep = next(s for s in p.stages if s.title == "Load sweep to find the knee")
+    assert "--sweep 4,8,12,16 --request-rate" in sweep.measure[0]  # 0.5x..2x the peak of 8
