@@ -15,7 +15,11 @@ predicted and logged figures with the relative error:
   and left out of these summaries;
 * the profiled parts on their own (activation peak, non-torch memory) and
   the catalog's GPU total against the total vLLM logged;
-* fit verdicts where vLLM refused to start.
+* fit verdicts where vLLM refused to start;
+* the headline, ``kv_capacity_e2e``: per case the fully modelled KV capacity,
+  in tokens where vLLM logged them, else as available KV memory (tokens
+  follow it block for block). Known misses (``known_miss`` in the data) are
+  counted like any other case.
 
 Then medians and the share of cases within 5 % and 10 %, for all cases and
 separately for the calibration cases (the ones the engine_policy constants
