@@ -86,6 +86,7 @@ def measure(
         "probe": {
             "ttft_ms_p50": s.ttft_ms.p50,
             "itl_ms_p50": s.itl_ms.p50,
+            "itl_ms_mean": s.itl_ms.mean,
             "tpot_ms_p50": s.tpot_ms.p50,
             "e2e_ms_p50": s.e2e_ms.p50,
             "output_token_throughput_per_s": s.output_token_throughput,
@@ -145,8 +146,8 @@ def main() -> int:
         print(
             f"c={p['concurrency']}: TTFT p50 {p['probe']['ttft_ms_p50']:.1f} ms "
             f"(server prefill {p['server']['prompt_ms_p50']:.1f} ms), "
-            f"ITL p50 {p['probe']['itl_ms_p50']:.2f} ms "
-            f"(server {p['server']['predicted_per_token_ms_p50']:.2f} ms/token), "
+            f"ITL p50 {p['probe']['itl_ms_p50']:.2f} ms, mean {p['probe']['itl_ms_mean']:.2f} ms "
+            f"(server median {p['server']['predicted_per_token_ms_p50']:.2f} ms/token), "
             f"{p['completed']} ok / {p['failed']} failed"
         )
     if args.write:

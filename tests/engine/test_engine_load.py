@@ -133,7 +133,9 @@ def test_diagnosis_of_the_saturated_run_names_queueing(sweep: dict[str, Any]) ->
     top = [h.id for h in result.hypotheses[:3]]
     assert {"queueing", "saturation"} & set(top), top
     facts = {f.name: f.value for f in result.facts}
+    # the evidence is the engine's own gauges, scraped during the run
     assert facts.get("run.metric.requests_waiting_max", 0) >= 1, facts
+    assert facts.get("run.metric.requests_running_max") == sweep["slots"], facts
 
 
 def test_runs_are_labelled_with_the_sweep_point(sweep: dict[str, Any], tmp_path: Path) -> None:
