@@ -352,6 +352,7 @@ async def run_point(
                 await task
             status = "interrupted"
         elif task.exception() is not None:
+            status = "failed"
             raise task.exception()  # type: ignore[misc]
         elif stop.is_set():
             status = "interrupted"
@@ -378,6 +379,8 @@ async def run_point(
             await scraper.stop()
         await asyncio.to_thread(writer.close)
         sys.setswitchinterval(old_switch)
+        if status == "failed":  # the load itself broke (e.g. a worker did not start)
+            ctx.store.finish_run(run_id, "failed", None)
     if writer.failed:
         notes.append(
             f"{writer.failed} finished requests could not be stored ({writer.error}); "

@@ -57,9 +57,12 @@ async def drive_workers(
     notes: list[str],
 ) -> list[float]:
     """Run the measured load in `n` child processes; returns their loop-lag samples (ms)."""
+    import tempfile
     import time
 
     procs = []
+    # a child's stderr goes to a file: an unread pipe could fill up and block it
+    logs = [tempfile.TemporaryFile() for _ in range(n)]  # noqa: SIM115 - closed in finally
     for w in range(n):
         p = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -67,24 +70,23 @@ async def drive_workers(
             "inferwise.probes.workers",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stderr=logs[w],
             limit=1 << 26,
         )
-        assert p.stdin is not None
-        p.stdin.write((json.dumps({**setup, "worker": w}) + "\n").encode())
-        await p.stdin.drain()
         procs.append(p)
+        assert p.stdin is not None
+        with contextlib.suppress(ConnectionError):  # a child that died at once is reported below
+            p.stdin.write((json.dumps({**setup, "worker": w}) + "\n").encode())
+            await p.stdin.drain()
     lag: list[float] = []
     try:
         for w, p in enumerate(procs):
             assert p.stdout is not None
             line = await asyncio.wait_for(p.stdout.readline(), 120)
-            if not line or not json.loads(line).get("ready"):
-                err = (
-                    (await p.stderr.read()).decode(errors="replace").strip().splitlines()
-                    if p.stderr
-                    else []
-                )
+            if not line or not line.startswith(b"{") or not json.loads(line).get("ready"):
+                await asyncio.wait_for(p.wait(), 10)
+                logs[w].seek(0)
+                err = logs[w].read().decode(errors="replace").strip().splitlines()
                 from inferwise.calculators.errors import OperationalError
 
                 raise OperationalError(
@@ -144,6 +146,8 @@ async def drive_workers(
                     p.kill()
             if p.returncode not in (0, None):
                 notes.append(f"client worker {w} exited with code {p.returncode}")
+        for log in logs:
+            log.close()
     return lag
 
 

@@ -490,3 +490,15 @@ def test_dataset_prompts_are_sent_and_need_no_calibration(server, tmp_path) -> N
     stored = RunStore(db).requests(res.run_id)
     assert [r.prompt_text for r in stored][:2] == ["Name a colour.", "Count to three."]
     assert [r.output_tokens for r in stored][:2] == [2, 3]
+
+
+def test_a_worker_that_cannot_start_is_an_operational_error(server, tmp_path, monkeypatch) -> None:
+    from inferwise.calculators.errors import OperationalError
+
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "nowhere"))
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(OperationalError, match="worker 0 did not start"):
+        probe(
+            url=server.base_url, requests=4, workers=2, output_tokens=2, db=str(tmp_path / "r.db")
+        )
+    assert RunStore(str(tmp_path / "r.db")).list_runs()[0].status == "failed"
