@@ -495,7 +495,6 @@ def test_dataset_prompts_are_sent_and_need_no_calibration(server, tmp_path) -> N
 def test_a_worker_that_cannot_start_is_an_operational_error(server, tmp_path, monkeypatch) -> None:
     from inferwise.calculators.errors import OperationalError
 
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "nowhere"))
     monkeypatch.setattr(sys, "executable", "/bin/false")
     with pytest.raises(OperationalError, match="worker 0 did not start"):
         probe(
