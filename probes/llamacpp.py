@@ -134,7 +134,7 @@ def ensure_llama_server(
     if not build:
         raise EngineUnavailable(
             f"llama-server {version} is not built: run .ci/prepare-engine "
-            f"(or `python -m inferwise.probes.llamacpp build`), about 7-15 minutes on 2 cores; "
+            f"(or `python -m inferwise.probes.llamacpp build`): a few minutes on 2 idle cores; "
             f"cache: {cached_binary_path(version)}"
         )
     return build_llama_server(jobs=jobs, version=version)
@@ -199,18 +199,34 @@ def _extract_vendor(sdist: Path, dest: Path) -> Path:
 
 
 def build_llama_server(
-    *, jobs: int = 2, version: str = LLAMA_CPP_PYTHON_VERSION, work_dir: Path | None = None
+    *,
+    jobs: int = 2,
+    version: str = LLAMA_CPP_PYTHON_VERSION,
+    work_dir: Path | None = None,
+    force: bool = False,
 ) -> Path:
     """Download, configure and build llama-server, then install it into the cache atomically.
 
     The build tree lives in a temporary directory (removed afterwards); only the
     binary and a ``build-info.json`` (version, options, minutes taken) are kept.
+    A lock file serialises concurrent builds: whoever waited for the lock
+    finds the binary the other one built and returns it (unless ``force``).
     """
+    import fcntl
+
     for tool in ("cmake", "ninja", "c++"):
         if shutil.which(tool) is None:
             raise EngineUnavailable(f"building llama-server needs `{tool}` on PATH")
     target = cached_binary_path(version)
     target.parent.mkdir(parents=True, exist_ok=True)
+    with (cache_dir(version) / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not force and binary_version(target) is not None:
+            return target
+        return _build_locked(target, jobs, version, work_dir)
+
+
+def _build_locked(target: Path, jobs: int, version: str, work_dir: Path | None) -> Path:
     log_file = cache_dir(version) / "build.log"
     log_file.write_text("")
     started = time.monotonic()
@@ -658,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
             if found is not None:
                 _log(f"cached: {found} ({binary_version(found)})")
             else:
-                found = build_llama_server(jobs=args.jobs)
+                found = build_llama_server(jobs=args.jobs, force=args.force)
             print(found)
         elif args.cmd == "path":
             print(ensure_llama_server())

@@ -8,6 +8,7 @@ and is marked ``engine``.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tarfile
 from pathlib import Path
@@ -71,6 +72,14 @@ def test_the_environment_override_wins_over_the_cache(
     assert find_llama_server() == own
     monkeypatch.setenv(BINARY_ENV, str(no_binary / "absent"))
     assert find_llama_server() is None  # a wrong override is not silently replaced
+
+
+def test_a_build_that_waited_for_the_lock_reuses_what_the_other_one_built(no_binary: Path) -> None:
+    if not all(shutil.which(t) for t in ("cmake", "ninja", "c++")):
+        pytest.skip("needs cmake, ninja and a C++ compiler on PATH")
+    target = _script(cached_binary_path(), 'echo "version: built by someone else"')
+    assert llamacpp.build_llama_server() == target  # returned at once, nothing downloaded
+    assert not (cache_dir() / "build.log").exists()
 
 
 def test_extract_takes_only_the_vendored_tree(tmp_path: Path) -> None:
