@@ -544,6 +544,18 @@ async def scrape_metrics(
             report = await scrape_loop(
                 client, url, ctx.req.metrics_interval_s, sink, stop, t0=origin
             )
+            if not report.stopped_early:
+                # one more page after the load, so the counters cover the whole run
+                final = await scrape_loop(
+                    client,
+                    url,
+                    ctx.req.metrics_interval_s,
+                    sink,
+                    asyncio.Event(),
+                    max_scrapes=1,
+                    t0=origin,
+                )
+                report.last = final.last or report.last
         last.update(report.last)
         if report.note and report.scrapes == 0 and "404" not in report.note:
             notes.append(f"server metrics: {report.note}")

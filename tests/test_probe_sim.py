@@ -81,3 +81,22 @@ def test_early_end_of_sequence_is_reported(tmp_path) -> None:
         )
     assert res.summary.completed == 6
     assert any("stopped early" in n for n in res.notes)
+
+
+def test_shared_prefix_fraction_shows_up_as_prefix_cache_hits(tmp_path) -> None:
+    hits = {}
+    for fraction in (0.0, 0.8):
+        with SimServer(ttft_ms=5, itl_ms=1) as sim:
+            res = probe(
+                url=sim.base_url,
+                requests=8,
+                output_tokens=2,
+                input_tokens=400,
+                shared_prefix_fraction=fraction,
+                metrics_interval_s=0.1,
+                db=str(tmp_path / "r.db"),
+            )
+        m = res.server_metrics
+        hits[fraction] = m["prefix_cache_hits"] / m["prefix_cache_queries"]
+    assert hits[0.0] < 0.05
+    assert 0.5 < hits[0.8] < 0.85  # the first request cannot hit; the others share 80 %
