@@ -109,6 +109,11 @@ class MissingMeasurement(BaseModel):
 class DiagnoseResult(BaseModel):
     workload_name: str | None = None
     run_id: str | None = None
+    summary: str = Field(
+        default="",
+        description="One-paragraph verdict: the leading cause, or, when the measurements show "
+        "no bottleneck, which healthy signs say so (queue, slots, KV cache, preemptions, errors).",
+    )
     symptoms: list[SymptomSeen] = Field(
         default_factory=list,
         description="Symptoms stated in the workload or derived from measurement vs SLO.",
@@ -290,6 +295,7 @@ def diagnose(req: DiagnoseRequest) -> DiagnoseResult:
     return DiagnoseResult(
         workload_name=wl.name,
         run_id=a.run["run_id"] if a.run else None,
+        summary=verdict(a, hypotheses),
         symptoms=[
             SymptomSeen(id=s.id, title=_symptom_title(s.id), source=s.source, basis=s.basis)  # type: ignore[arg-type]
             for s in a.symptoms
@@ -301,6 +307,88 @@ def diagnose(req: DiagnoseRequest) -> DiagnoseResult:
         assumptions=list(dict.fromkeys(a.assumptions)),
         notes=notes,
     )
+
+
+def verdict(a: Analysis, hypotheses: list[Hypothesis]) -> str:
+    """The answer in one paragraph. With no hypothesis above "low", say what was measured to be
+    healthy, so that a calm run reads as calm rather than as a weak case for some cause."""
+    strong = [h for h in hypotheses if h.level != "low"]
+    if strong:
+        h = strong[0]
+        return f"Leading hypothesis: `{h.id}` ({h.title.lower()}), confidence {h.confidence:.2f} ({h.level}); prove it before changing anything."
+    healthy = _healthy_signs(a)
+    if not healthy:
+        lead = (
+            f" The only leads are weak (`{'`, `'.join(h.id for h in hypotheses[:3])}`, low confidence)."
+            if hypotheses
+            else ""
+        )
+        return "Not enough measured to name a bottleneck." + lead
+    text = "No bottleneck in the measurements: " + "; ".join(healthy) + "."
+    if hypotheses:
+        text += f" Remaining leads are weak (`{'`, `'.join(h.id for h in hypotheses[:3])}`, low confidence)."
+    if a.value("run.metric.client_limited"):
+        text += (
+            " This load did not reach the engine's capacity: raise it step by step "
+            f"(`{_sweep_up(a)}`) to find the knee."
+        )
+    return text
+
+
+def _sweep_up(a: Analysis) -> str:
+    """A concurrency sweep from the run's own load upwards, against the run's own endpoint."""
+    cfg = (a.run or {}).get("config") or {}
+    c = int(a.value("run.metric.client_concurrency") or 1)
+    parts = ["inferwise probe", str(cfg.get("url") or "http://HOST:PORT")]
+    if cfg.get("model"):
+        parts.append(f"--model {cfg['model']}")
+    parts.append("--sweep " + ",".join(str(min(512, c * f)) for f in (1, 2, 4, 8)))
+    for key in ("input_tokens", "output_tokens"):
+        if cfg.get(key):
+            parts.append(f"--{key.replace('_', '-')} {int(cfg[key])}")
+    parts.append(f"--requests {max(64, int(cfg.get('requests') or 0))}")
+    return " ".join(parts)
+
+
+def _healthy_signs(a: Analysis) -> list[str]:
+    """Measured signs that nothing is saturated, each with its number."""
+    out: list[str] = []
+    for s in a.symptoms:
+        if s.id in ("ttft_normal", "itl_normal"):
+            out.append(s.basis)
+    if a.value("run.metric.sustained_waiting") is False:
+        share, n = a.value("run.metric.requests_waiting_share"), a.value("run.metric.scrapes")
+        out.append(
+            f"no standing queue (requests waited in {share:.0%} of {n} engine scrapes, median "
+            f"{a.value('run.metric.requests_waiting_median'):.0f})"
+        )
+    elif (
+        a.value("observations.queue_depth") is not None and a.value("observations.queue_depth") < 1
+    ):
+        out.append("no queue (observations.queue_depth < 1)")
+    if a.value("run.metric.client_limited") and not a.value("run.metric.sustained_waiting"):
+        out.append(
+            f"running requests peaked at the probe's own concurrency "
+            f"({a.value('run.metric.client_concurrency')}), so the client, not the engine, set the batch"
+        )
+    elif a.value("run.metric.slots_full") is False:
+        out.append(
+            f"running requests stayed below the engine's limit of {a.value('run.metric.slot_limit'):.0f}"
+        )
+    kv = a.value("observations.kv_cache_usage")
+    if kv is not None and kv < 0.8:
+        out.append(f"KV cache at most {kv:.0%} used")
+    pre = a.value("observations.preemptions_per_min")
+    if pre is not None and pre == 0:
+        out.append("no preemptions")
+    err = a.value("observations.error_rate")
+    if err is not None and err == 0:
+        out.append("no failed requests")
+    if a.symptoms and any(
+        s.id in ("ttft_high", "itl_high", "latency_high", "errors_under_load") for s in a.symptoms
+    ):
+        return []  # a stated or measured problem: not a healthy picture
+    return out
 
 
 def _symptom_title(sid: str) -> str:

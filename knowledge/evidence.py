@@ -196,8 +196,20 @@ def _run_facts(a: Analysis, run: dict[str, Any]) -> None:
         values("kv_cache_usage"),
     )
     if waiting:
+        # A single scrape catches requests between admission and the next engine step: only
+        # waiting that persists across the run (median, share of scrapes) is a queue.
         a.put("run.metric.requests_waiting_max", max(waiting), src, note)
-        fill("queue_depth", sum(waiting) / len(waiting))
+        a.put("run.metric.requests_waiting_median", _median(waiting), src, note)
+        share = sum(1 for w in waiting if w >= 1) / len(waiting)
+        a.put("run.metric.requests_waiting_share", share, src, note)
+        a.put("run.metric.scrapes", len(waiting), src, note)
+        a.put(
+            "run.metric.sustained_waiting",
+            len(waiting) >= 2 and (share >= 0.5 or _median(waiting) >= 1),
+            "derived",
+            note,
+        )
+        fill("queue_depth", _median(waiting))
     if running:
         a.put("run.metric.requests_running_max", max(running), src, note)
         fill("concurrency", sum(running) / len(running))
@@ -216,14 +228,7 @@ def _run_facts(a: Analysis, run: dict[str, Any]) -> None:
     elif values("prefix_cache_hit_rate"):
         hr = values("prefix_cache_hit_rate")
         fill("prefix_cache_hit_rate", sum(hr) / len(hr))
-
-    if running and waiting:
-        cap = a.value("deployment.max_num_seqs")
-        kv_max = max(kv) if kv else None
-        full = (cap is not None and max(running) >= 0.95 * cap) or (
-            cap is None and kv_max is not None and kv_max < 0.9
-        )
-        a.put("run.metric.slots_full", bool(full), "derived", note)
+    _slot_facts(a, run, series, note)
 
     cfg = run.get("config") or {}
     if a.value("traffic.input_tokens.p50") is None and cfg.get("input_tokens"):
@@ -234,6 +239,79 @@ def _run_facts(a: Analysis, run: dict[str, Any]) -> None:
         a.put(
             "derived.output_tokens_p50", float(cfg["output_tokens"]), src, note + " (probe setting)"
         )
+
+
+_SLOT_LABELS = ("max_num_seqs", "max-num-seqs", "n_parallel", "parallel", "slots")
+
+
+def _median(xs: list[float]) -> float:
+    ys = sorted(xs)
+    n = len(ys)
+    return ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
+
+
+def _slot_limit(a: Analysis, run: dict[str, Any]) -> tuple[float | None, str]:
+    """The engine's own limit on running requests, where something states it: the workload's
+    deployment.max_num_seqs, or a run label (``--label slots=4``, ``max_num_seqs=64``; for
+    llama.cpp the slot count, --parallel). Never the probe's concurrency: that is the client."""
+    cap = a.value("deployment.max_num_seqs")
+    if isinstance(cap, (int, float)) and cap > 0:
+        return float(cap), "deployment.max_num_seqs"
+    labels = run.get("labels") or {}
+    for key in _SLOT_LABELS:
+        try:
+            value = float(labels.get(key, ""))
+        except ValueError:
+            continue
+        if value > 0:
+            return value, f"run label {key}={labels[key]}"
+    return None, ""
+
+
+def _slot_facts(
+    a: Analysis, run: dict[str, Any], series: dict[str, list[tuple[float, float]]], note: str
+) -> None:
+    """Whether the engine's running slots were full while requests waited.
+
+    Slots are called full only against a known limit (stated max_num_seqs or slot count), or
+    when the running count sits on a plateau below what the probe offered while a queue
+    stands behind it across the run. A running count equal to the probe's own closed-loop
+    concurrency says the *client* capped the batch, not the engine."""
+    running = series.get("requests_running", [])
+    waiting = dict(series.get("requests_waiting", []))
+    if not running:
+        return
+    cfg = run.get("config") or {}
+    client = cfg.get("concurrency") if not cfg.get("request_rate") else None
+    run_max = max(v for _, v in running)
+    if client and run_max >= float(client):
+        a.put("run.metric.client_limited", True, "derived", note)
+        a.put("run.metric.client_concurrency", int(client), "measured", note + " (probe setting)")
+    cap, basis = _slot_limit(a, run)
+    queued = [r for t, r in running if waiting.get(t, 0) >= 1]
+    if cap is not None:
+        a.put("run.metric.slot_limit", cap, "derived", basis)
+        a.put("run.metric.slot_limit_basis", basis, "derived")
+        busy = _median(queued) if queued else run_max
+        a.put("run.metric.slots_full", busy >= 0.95 * cap, "derived", note)
+        return
+    # No stated limit: a plateau (most scrapes at the maximum) with a standing queue, and the
+    # probe offering more than the plateau, shows where the engine stops admitting.
+    at_max = sum(1 for _, r in running if r >= run_max) / len(running)
+    plateau = (
+        len(running) >= 3
+        and at_max >= 0.5
+        and bool(a.value("run.metric.sustained_waiting"))
+        and not a.value("run.metric.client_limited")
+    )
+    if plateau:
+        a.put("run.metric.slot_limit", run_max, "derived", note)
+        a.put(
+            "run.metric.slot_limit_basis",
+            "plateau of the running count while requests waited",
+            "derived",
+        )
+        a.put("run.metric.slots_full", True, "derived", note)
 
 
 # --------------------------------------------------------------------------- derived

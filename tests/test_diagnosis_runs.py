@@ -1,0 +1,134 @@
+"""Diagnosis of stored probe runs: slots are "full" only against a known limit, and momentary
+waiting between engine steps is not a queue.
+
+The scraped series are written straight into a run store, shaped like what `inferwise probe`
+stores against the simulator (a closed-loop probe at concurrency 32 against an engine with
+room to spare; the same probe against an engine limited to 8 running requests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inferwise.knowledge.diagnosis import DiagnoseRequest, diagnose
+
+
+def _store(
+    db: Path,
+    *,
+    running: list[float],
+    waiting: list[float],
+    kv: float = 0.03,
+    concurrency: int = 32,
+    labels: dict[str, str] | None = None,
+    ttft_s: float = 0.2,
+) -> str:
+    from inferwise.probes.records import RequestRecord
+    from inferwise.probes.store import RunStore
+    from inferwise.probes.summary import summarize
+
+    records = []
+    for i in range(40):
+        start = i * 0.05
+        chunks = [start + ttft_s + 0.01 * k for k in range(64)]
+        records.append(
+            RequestRecord(
+                index=i,
+                ok=True,
+                start_s=start,
+                first_token_s=chunks[0],
+                end_s=chunks[-1],
+                input_tokens=256,
+                output_tokens=64,
+                chunk_times_s=chunks,
+                chunk_tokens=[1] * 64,
+            )
+        )
+    with RunStore(db) as store:
+        run_id = store.create_run(
+            config={
+                "concurrency": concurrency,
+                "request_rate": None,
+                "input_tokens": 256,
+                "output_tokens": 64,
+                "url": "http://127.0.0.1:8011",
+            },
+            labels=labels or {},
+        )
+        store.add_requests(run_id, records)
+        samples = []
+        for t, (r, w) in enumerate(zip(running, waiting, strict=True)):
+            samples += [
+                (float(t), "vllm:num_requests_running", {}, r),
+                (float(t), "vllm:num_requests_waiting", {}, w),
+                (float(t), "vllm:kv_cache_usage_perc", {}, kv),
+                (float(t), "vllm:num_preemptions_total", {}, 0.0),
+            ]
+        store.add_metric_samples(run_id, samples)
+        store.finish_run(run_id, "complete", summarize(records))
+    return run_id
+
+
+def _run(db: Path, run_id: str, workload: str | None = None):
+    return diagnose(DiagnoseRequest(run=run_id, db=str(db), workload=workload))
+
+
+def test_probe_concurrency_is_not_the_engines_slot_limit(tmp_path):
+    """The ramp-up scrape (14 waiting while 18 of 32 start) and a running count pinned at the
+    probe's own concurrency say nothing about the engine's slots: no saturation lead, and a
+    verdict that says nothing is saturated."""
+    db = tmp_path / "runs.db"
+    run_id = _store(db, running=[18, 32, 32, 32, 32, 32], waiting=[14, 0, 0, 0, 0, 0])
+    r = _run(db, run_id)
+    facts = {f.name: f.value for f in r.facts}
+    assert "run.metric.slots_full" not in facts
+    assert facts["run.metric.client_limited"] is True
+    assert facts["observations.queue_depth"] == 0  # the median, not the ramp-up spike
+    assert all(h.level == "low" for h in r.hypotheses)
+    assert not {"saturation", "queueing"} & {h.id for h in r.hypotheses}
+    assert r.summary.startswith("No bottleneck")
+    assert "no standing queue" in r.summary and "probe's own concurrency (32)" in r.summary
+    assert "--sweep 32,64,128,256" in r.summary
+
+
+def test_a_plateau_below_the_probe_load_with_a_standing_queue_is_full_slots(tmp_path):
+    """Engine capped at 8 running while the probe offers 32: the plateau is the limit."""
+    db = tmp_path / "runs.db"
+    run_id = _store(db, running=[8] * 8, waiting=[24] * 8, ttft_s=3.0)
+    r = _run(db, run_id)
+    facts = {f.name: f.value for f in r.facts}
+    assert facts["run.metric.slots_full"] is True and facts["run.metric.slot_limit"] == 8
+    top3 = [h.id for h in r.hypotheses[:3]]
+    assert top3[0] == "queueing" and {"saturation", "batch_policy"} <= set(top3)
+    assert any("limit of 8 (plateau" in e for e in r.hypotheses[0].evidence)
+
+
+def test_a_stated_limit_decides_full_slots(tmp_path):
+    """With max_num_seqs stated, running at the limit with a standing queue is full; running
+    far below it is not, whatever the probe's concurrency."""
+    db = tmp_path / "runs.db"
+    full = _store(db, running=[4] * 6, waiting=[4] * 6, concurrency=8, labels={"slots": "4"})
+    facts = {f.name: f.value for f in _run(db, full).facts}
+    assert facts["run.metric.slots_full"] is True
+    assert facts["run.metric.slot_limit_basis"] == "run label slots=4"
+
+    room = _store(db, running=[32] * 6, waiting=[0, 3, 0, 0, 0, 0])
+    r = _run(db, room, workload='{"deployment": {"max_num_seqs": 1024}}')
+    facts = {f.name: f.value for f in r.facts}
+    assert facts["run.metric.slots_full"] is False
+    assert "saturation" not in [h.id for h in r.hypotheses]
+    assert "below the engine's limit" not in r.summary  # the client capped it, said first
+    assert "probe's own concurrency" in r.summary
+
+
+def test_sustained_waiting_without_a_known_limit_is_a_lead_not_a_verdict(tmp_path):
+    """Open-loop style: requests keep waiting but no limit is known: queueing is suspected, and
+    the evidence asks for the limit instead of calling the slots full."""
+    db = tmp_path / "runs.db"
+    run_id = _store(
+        db, running=[20, 26, 31, 28, 30, 27], waiting=[3, 5, 2, 6, 4, 5], concurrency=64
+    )
+    r = _run(db, run_id)
+    facts = {f.name: f.value for f in r.facts}
+    assert "run.metric.slots_full" not in facts
+    lead = next(h for h in r.hypotheses if h.id == "queueing")
+    assert any("slot limit is not known" in e for e in lead.evidence)
