@@ -229,12 +229,24 @@ def vllm_default_batching(
 #              (vllm#21489) implies ~40 B.
 #   V1 0.19+:  Qwen3.5 5.66 GiB peak with 1024 x 248k logits (vllm#50722),
 #              gpt-oss-20b ~1 GiB implied at 256 sequences        -> ~22 B
+#   FlashInfer's top-k/top-p sampler (``FitRequest.flashinfer_sampler``):
+#              dennislee22/vLLM-benchmarking installs flashinfer-python with
+#              vLLM 0.10.1; Qwen2-7B on an A100 with 256 sequences x 152,064
+#              logits then peaks at ~0.42 GiB (0.55 GiB with non-torch, at two
+#              utilizations), where PyTorch's sort path costs 1.4 GiB.
+#              Fitted on the 0.5-utilization run (calibration)        -> 10 B
 #   MRV2 (dense models from 0.25, ``VllmRules.mrv2_dense``): the logits in
 #              the model dtype only (fit.py passes act_bytes). Qwen2.5-0.5B on
 #              an L4 (vllm#57926, MRV2) leaves ~0.85 GiB for activation,
 #              non-torch and CUDA graphs together, which a 22 B/logit sampler
 #              (0.8 GiB alone) could not fit in.
-SAMPLER_BYTES_PER_LOGIT = {"v0": 36.0, "v0_chunked": 0.0, "v1": 38.3, "v1_019": 22.0}
+SAMPLER_BYTES_PER_LOGIT = {
+    "v0": 36.0,
+    "v0_chunked": 0.0,
+    "v1": 38.3,
+    "v1_019": 22.0,
+    "flashinfer": 10.0,
+}
 # Fraction of the per-token forward working set (MLP and attention
 # intermediates at the model dtype) torch still holds at the peak; < 1
 # because torch.compile fuses and frees intermediates.
@@ -297,11 +309,14 @@ def activation_peak_bytes(
 NON_TORCH_GIB = {"v0": 0.30, "v1": 0.13}
 """One GPU: V0 logged 0.25-0.35 GiB (vllm#10517, #13061, #15815); V1 0.13-0.14
 on every single-GPU run of the llm-d H100 table (v0.11.0)."""
-NON_TORCH_MULTI_GPU_GIB = {"before_0.11": 0.6, "0.11": 0.41}
+NON_TORCH_MULTI_GPU_GIB = {"before_0.11": 0.12, "0.11": 0.41}
 """Added for TP/PP > 1 under V1. 0.11+: 0.54 GiB at TP 2 (Qwen3-32B, llm-d,
 calibration) minus the single-GPU 0.13; the held-out Llama-3.3-70B-FP8 TP 2
-logged 0.55. Before 0.11 NCCL's own buffers fell inside the measured
-window (assumed 0.6 GiB, from the TP runs of the V0 era)."""
+logged 0.55. Before 0.11 (0.8-0.10): Qwen2-7B on A100s with vLLM 0.10.1
+left 0.67 GiB for activation and non-torch at TP 2 against 0.55 GiB on one
+GPU, the same at two utilizations (dennislee22, TP 2 at 0.5: calibration);
+the held-out DeepSeek-V2-Lite TP 2 x PP 2 (vllm#20665) agrees within 0.1
+GiB. TP across nodes over Ray costs about 1 GiB more (not modelled)."""
 
 
 def non_torch_bytes(

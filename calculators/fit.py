@@ -52,6 +52,13 @@ class FitRequest(Deployment):
         description="Override config.json fields, KEY=VALUE (vLLM --hf-overrides), values as JSON "
         "(e.g. num_key_value_heads=8, model_type=llama); supplies facts a config lacks.",
     )
+    flashinfer_sampler: bool | None = Field(
+        default=None,
+        description="vLLM samples top-k/top-p with FlashInfer's kernels (FlashInfer installed and "
+        "VLLM_USE_FLASHINFER_SAMPLER not 0; the default of 0.9-0.11.0 when FlashInfer is installed). "
+        "Its start-up profiling peak is far below PyTorch's sort path, which leaves more KV cache. "
+        "Default: PyTorch's path, the conservative choice.",
+    )
 
 
 class PerGpuMemory(BaseModel):
@@ -403,11 +410,24 @@ def _estimate(
     sampler_cost = rules.sampler_bytes_per_logit
     if not rules.v1 and max_model_len > 32768:
         sampler_cost = ep.SAMPLER_BYTES_PER_LOGIT["v0_chunked"]
-    if rules.mrv2_dense and arch.moe is None:
+    if req.flashinfer_sampler and rules.v1:
+        sampler_cost = ep.SAMPLER_BYTES_PER_LOGIT["flashinfer"]
+        assumptions.append(
+            f"sampler warm-up profiled with FlashInfer's top-k/top-p kernels ({sampler_cost:g} B per logit)"
+        )
+    elif rules.mrv2_dense and arch.moe is None:
         sampler_cost = act_bytes
         assumptions.append(
             "vLLM 0.25+ runs dense models on Model Runner V2, whose profiling run holds only the "
             "logits in the model dtype for the sampler (no fp32 copy, vllm#57926)"
+        )
+    elif rules.v1 and sampler_cost > act_bytes:
+        sampler_gib = min(max_num_seqs, mnbt) * arch.vocab_size * sampler_cost / GiB
+        assumptions.append(
+            f"sampler warm-up profiled with PyTorch's top-k/top-p ({sampler_cost:g} B per logit, "
+            f"{sampler_gib:.2f} GiB); where FlashInfer's sampling kernels run instead "
+            "(installed and enabled; --flashinfer-sampler), the peak is smaller and the KV cache "
+            "up to that much larger"
         )
     act_last = ep.activation_peak_bytes(
         arch, act_bytes, mnbt, max_num_seqs, tp, rules.v1, sampler_cost

@@ -280,7 +280,9 @@ def _per_rank_params(p: _Part, arch: ModelArchitecture, tp: int) -> float:
     return p.params / arch.vocab_size * padded / tp
 
 
-def _mxfp4_padding(arch: ModelArchitecture, alignment: tuple[int, int] = (256, 128)) -> float:
+def _mxfp4_padding(
+    arch: ModelArchitecture, alignment: tuple[int, int] = (256, 128), tp: int = 1
+) -> float:
     """vLLM's MXFP4 MoE kernels on Ampere/Hopper (Marlin, triton) pad expert
     matrices: hidden size to a multiple of 256 and the expert intermediate
     size to a multiple of 128 (vllm/model_executor/layers/quantization/mxfp4.py).
@@ -290,7 +292,9 @@ def _mxfp4_padding(arch: ModelArchitecture, alignment: tuple[int, int] = (256, 1
     7 % smaller."""
     if arch.moe is None:
         return 1.0
-    h, i = arch.hidden_size, arch.moe.moe_intermediate_size
+    # the intermediate size is padded per tensor-parallel rank (2880 / 4 = 720
+    # -> 768 at TP 4: gpt-oss-120b loads 17.22 GiB per A100, dennislee22 logs)
+    h, i = arch.hidden_size, arch.moe.moe_intermediate_size / tp
     ah, ai = alignment
     return (-(-h // ah) * ah / h) * (-(-i // ai) * ai / i)
 
@@ -324,9 +328,10 @@ def weight_bytes(
     by = dict.fromkeys(CATEGORIES, 0.0)
     per_stage = [0.0] * pp
     notes: list[str] = list(scheme.notes)
-    expert_pad = 1.0
+    expert_pad = rank_pad = 1.0
     if scheme.method == "mxfp4" and runtime_layout:
         expert_pad = _mxfp4_padding(arch, mxfp4_alignment)
+        rank_pad = _mxfp4_padding(arch, mxfp4_alignment, tp)
         if expert_pad > 1.0:
             notes.append(
                 f"MXFP4 expert matrices padded by the engine's MoE kernel (+{expert_pad - 1:.1%} expert memory)"
@@ -340,8 +345,10 @@ def weight_bytes(
             and not scheme.skips(p.module)
         )
         bpp = scheme.bytes_per_param if quantized else dtype_bytes
+        rank_bpp = bpp
         if quantized and p.category == "routed_experts":
             bpp *= expert_pad
+            rank_bpp *= rank_pad
         if quantized:
             q_params += p.params
         else:
@@ -353,7 +360,7 @@ def weight_bytes(
             stage = pp - 1
         else:
             stage = 0
-        per_stage[stage] += _per_rank_params(p, arch, tp) * bpp
+        per_stage[stage] += _per_rank_params(p, arch, tp) * rank_bpp
     if arch.tie_word_embeddings and pp > 1:
         # The last stage needs its own copy of the tied matrix for lm_head.
         emb = next(p for p in _parts(arch) if p.category == "embedding")
