@@ -574,13 +574,51 @@ def _calculator_facts(a: Analysis) -> None:
             a.put("budget.max_rate_under_slo", max_rate, "computed")
             a.put("budget.binding", budget.result.get("binding"), "computed")
             a.put("budget.feasible", budget.result.get("feasible"), "computed")
+    _capacity_facts(a)
+
+
+def _capacity_facts(a: Analysis) -> None:
+    """One capacity figure for the whole deployment, used by the diagnosis and the plan alike.
+
+    Capacity is the budget's max rate under the SLO x replicas. When no rate meets the SLO
+    (the budget answers 0), the honest figure is the saturation rate, labelled as such: the
+    diagnosis then compares the peak with what the replicas can push through at all, and the
+    plan's baseline says that no rate meets the SLO instead of printing 0 as a capacity."""
+    replicas = max(1, int(a.value("derived.replicas") or 1))
+    budget = (a.calcs.get("budget") or CalcOutcome("budget")).result or {}
+    sat = budget.get("saturation_request_rate")
+    sat_src = "`inferwise budget` saturation_request_rate"
+    if not sat:
+        sat = a.value("predicted.max_requests_per_s")
+        sat_src = "`inferwise predict` saturation max_requests_per_s"
+    per = f"{replicas} replica{'s' if replicas > 1 else ''} x"
+    if sat:
+        a.put(
+            "derived.saturation_rps",
+            float(sat) * replicas,
+            "computed",
+            f"{per} {sat:.3g} req/s, {sat_src}",
+        )
+    slo_rate = a.value("budget.max_rate_under_slo")
+    if slo_rate is not None and slo_rate <= 0:
+        a.put("derived.no_rate_meets_slo", True, "computed", "inferwise budget")
+    if slo_rate:
+        a.put("derived.capacity_rps", float(slo_rate) * replicas, "computed")
+        basis = f"max rate under the SLO: {per} {slo_rate:.3g} req/s, `inferwise budget` max_rate_under_slo"
+    elif sat:
+        a.put("derived.capacity_rps", float(sat) * replicas, "computed")
+        basis = (
+            f"saturation rate, since no rate meets the SLO: {per} {sat:.3g} req/s, {sat_src}"
+            if slo_rate is not None
+            else f"saturation rate, no SLO checked: {per} {sat:.3g} req/s, {sat_src}"
+        )
+    else:
+        return
+    a.put("derived.capacity_rps", a.value("derived.capacity_rps"), "computed", basis)
+    a.put("derived.capacity_basis", basis, "computed")
     peak = a.value("derived.peak_rate_rps")
-    replicas = a.value("derived.replicas") or 1
-    capacity = a.value("budget.max_rate_under_slo")
-    if capacity is None or capacity <= 0:  # 0 = no rate meets the SLO; fall back to saturation
-        capacity = a.value("predicted.max_requests_per_s")
-    if peak and capacity:
-        a.put("derived.peak_over_capacity", peak / (capacity * replicas), "derived")
+    if peak:
+        a.put("derived.peak_over_capacity", peak / a.value("derived.capacity_rps"), "derived")
 
 
 # --------------------------------------------------------------------------- symptoms

@@ -46,6 +46,7 @@ from inferwise.knowledge.plan_parts import (
     FactToVerify,
     MetricValue,
     Stage,
+    fmt_value,
     peak_rate,
     slo_items,
 )
@@ -156,34 +157,7 @@ def _targets_and_baseline(a: Analysis) -> tuple[list[MetricValue], list[MetricVa
                 note="peak = mean x peak_to_mean, sustained under the SLO",
             )
         )
-        rps = a.facts.get("observations.requests_per_s")
-        cap = a.value("budget.max_rate_under_slo")
-        if rps is not None:
-            baseline.append(
-                MetricValue(
-                    metric="requests_per_s", value=float(rps.value), unit="req/s", source="measured"
-                )
-            )
-        elif cap is not None:
-            replicas = a.value("derived.replicas") or 1
-            baseline.append(
-                MetricValue(
-                    metric="requests_per_s",
-                    value=float(cap) * replicas,
-                    unit="req/s",
-                    source="computed",
-                    note="max rate under the SLO (inferwise budget) x replicas",
-                )
-            )
-        else:
-            baseline.append(
-                MetricValue(
-                    metric="requests_per_s",
-                    unit="req/s",
-                    source="missing",
-                    note="find the knee with a rate sweep",
-                )
-            )
+        baseline.append(_rate_baseline(a))
     if wl.slo is not None and wl.slo.error_rate is not None:
         targets.append(MetricValue(metric="error_rate", value=wl.slo.error_rate, source="slo"))
         err = a.facts.get("observations.error_rate")
@@ -216,6 +190,49 @@ def _targets_and_baseline(a: Analysis) -> tuple[list[MetricValue], list[MetricVa
             )
         )
     return targets, baseline
+
+
+def _rate_baseline(a: Analysis) -> MetricValue:
+    """Measured throughput, else the one computed capacity the diagnosis also quotes
+    (derived.capacity_rps); when no rate meets the SLO, say so and give the saturation rate
+    instead of a capacity of 0."""
+    rps = a.facts.get("observations.requests_per_s")
+    if rps is not None:
+        return MetricValue(
+            metric="requests_per_s",
+            value=float(rps.value),
+            unit="req/s",
+            source="measured",
+            note=rps.note,
+        )
+    sat = a.value("derived.saturation_rps")
+    if a.value("derived.no_rate_meets_slo"):
+        where = (
+            f"; saturation at {fmt_value(sat, 'req/s')} ({a.facts['derived.saturation_rps'].note})"
+            if sat
+            else ""
+        )
+        return MetricValue(
+            metric="requests_per_s",
+            unit="req/s",
+            source="computed",
+            note=f"no rate meets the SLO at this deployment (`inferwise budget` max_rate_under_slo = 0){where}",
+        )
+    cap = a.value("derived.capacity_rps")
+    if cap is not None:
+        return MetricValue(
+            metric="requests_per_s",
+            value=float(cap),
+            unit="req/s",
+            source="computed",
+            note=str(a.value("derived.capacity_basis")),
+        )
+    return MetricValue(
+        metric="requests_per_s",
+        unit="req/s",
+        source="missing",
+        note="find the knee with a rate sweep",
+    )
 
 
 # --------------------------------------------------------------------------- entry point

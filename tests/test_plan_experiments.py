@@ -292,3 +292,24 @@ def test_without_any_hypothesis_the_plan_still_has_three_stages_around_a_load_sw
     assert len(titles) >= 3 and "Load sweep to find the knee" in titles
     sweep = next(s for s in p.stages if s.title == "Load sweep to find the knee")
     assert "--sweep 4,8,12,16 --request-rate" in sweep.measure[0]  # 0.5x..2x the peak of 8
+
+
+def test_rate_baseline_and_diagnosis_quote_one_capacity(plans):
+    """support-chat: no rate meets its SLO on one replica. The baseline must say so and give the
+    saturation rate, not print 0 req/s as a computed capacity; and the diagnosis must quote the
+    same figure. Where the budget finds a rate (agentic-flow), both quote it x replicas."""
+    for name in ("support-chat", "agentic-flow"):
+        p = plans[name]
+        facts = {f.name: f for f in p.facts}
+        base = next(b for b in p.baseline if b.metric == "requests_per_s")
+        cap = facts["derived.capacity_rps"].value
+        quoted = f"{cap:.3g} req/s the replicas can serve"
+        assert any(quoted in e for h in p.hypotheses for e in h.evidence), (name, quoted)
+        if name == "support-chat":
+            assert facts["budget.max_rate_under_slo"].value == 0
+            assert base.value is None and base.source == "computed"
+            assert "no rate meets the SLO" in base.note
+            assert f"saturation at {cap:.3g} req/s" in base.note
+        else:
+            assert base.value == pytest.approx(cap, rel=1e-3) and base.value > 0
+            assert "max rate under the SLO" in base.note
