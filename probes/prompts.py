@@ -140,7 +140,13 @@ def fit_calibration(points: list[tuple[int, int]]) -> tuple[float, float]:
 
 
 class Workload:
-    """Deterministic prompts per request index (the same seed gives the same run)."""
+    """Prompts per request index: lengths from the seed (the same seed gives the same
+    load), text from the seed and a per-run salt.
+
+    The salt exists because of prefix caching: a second run (or the next point
+    of a sweep) sending the very same prompts would find them cached on the
+    server and look faster than the first. The run sets a fresh salt
+    (:meth:`new_salt`, stored with the run); the shared prefix changes with it."""
 
     def __init__(
         self,
@@ -150,6 +156,7 @@ class Workload:
         shared_prefix_fraction: float = 0.0,
         dataset: list[DatasetRow] | None = None,
         seed: int = 0,
+        salt: int = 0,
     ) -> None:
         self.input_len = input_len
         self.output_len = output_len
@@ -159,9 +166,18 @@ class Workload:
         self.overhead_tokens = 0.0  # chat template / BOS tokens the server adds
         self.tokens_per_word = 1.0
         self.calibrated = False
-        self._shared = self._words(
-            random.Random(seed ^ 0x5EED), 200_000 if shared_prefix_fraction else 0
-        )
+        self.set_salt(salt)
+
+    def set_salt(self, salt: int) -> None:
+        self.salt = salt
+        self._shared: list[str] = []
+        self._shared_rng = random.Random(f"shared-{self.seed}-{salt}")
+
+    def new_salt(self) -> int:
+        import secrets
+
+        self.set_salt(secrets.randbits(32))
+        return self.salt
 
     def calibrate(self, a: float, b: float) -> None:
         self.overhead_tokens, self.tokens_per_word, self.calibrated = a, b, True
@@ -173,14 +189,20 @@ class Workload:
     def _words(rng: random.Random, n: int) -> list[str]:
         return rng.choices(WORDS, k=n)
 
+    def _shared_prefix(self, n: int) -> list[str]:
+        if len(self._shared) < n:  # extend the one sequence, so shorter prefixes stay prefixes
+            self._shared += self._words(self._shared_rng, n - len(self._shared))
+        return self._shared[:n]
+
     def synthetic_text(self, rng: random.Random, tokens: int) -> str:
         n = self.words_for(tokens)
         shared = min(n, round(n * self.shared_prefix_fraction))
-        words = self._shared[:shared] + self._words(rng, n - shared)
+        words = self._shared_prefix(shared) + self._words(rng, n - shared)
         return " ".join(words)
 
     def item(self, index: int) -> PromptItem:
         rng = random.Random((self.seed << 32) ^ index)
+        text_rng = random.Random(f"text-{self.seed}-{self.salt}-{index}")
         out = self.output_len.sample(rng) if self.output_len else None
         if self.dataset:
             row = self.dataset[index % len(self.dataset)]
@@ -189,6 +211,8 @@ class Workload:
             if row.prompt is not None:
                 return PromptItem(row.prompt, out, row.input_tokens, row.messages)
             assert row.input_tokens is not None
-            return PromptItem(self.synthetic_text(rng, row.input_tokens), out, row.input_tokens)
+            return PromptItem(
+                self.synthetic_text(text_rng, row.input_tokens), out, row.input_tokens
+            )
         target = self.input_len.sample(rng)
-        return PromptItem(self.synthetic_text(rng, target), out, target)
+        return PromptItem(self.synthetic_text(text_rng, target), out, target)

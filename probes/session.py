@@ -208,6 +208,8 @@ async def run_point(
             "concurrency": concurrency,
             "request_rate": rate,
             "requests": requests,
+            # fresh prompt text per run: a rerun must not find its prompts in the prefix cache
+            "prompt_salt": ctx.workload.new_salt(),
         }
     )
     run_id = ctx.store.create_run(labels=labels, config=config, meta=meta)
@@ -265,6 +267,7 @@ async def run_point(
             "ignore_eos": ctx.ignore_eos,
             "continuous_usage": ctx.continuous_usage,
             "calibration": [w.overhead_tokens, w.tokens_per_word] if w.calibrated else None,
+            "salt": w.salt,
             "connect_host": ctx.pool.target.connect_host,
             "origin": origin,
             "preconnect": req.preconnect,

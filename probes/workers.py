@@ -201,6 +201,7 @@ async def _child(setup: dict[str, Any]) -> None:
     )
     if setup.get("calibration"):
         workload.calibrate(*setup["calibration"])
+    workload.set_salt(setup.get("salt", 0))
     pool = Pool(Target.from_url(req.url, connect_host=setup["connect_host"]))
     timeouts = Timeouts(
         req.connect_timeout_s, req.read_timeout_s, req.stall_timeout_s, req.total_timeout_s

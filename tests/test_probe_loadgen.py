@@ -268,3 +268,23 @@ def test_bad_dataset_is_an_input_error(tmp_path, content: str) -> None:
     assert err.value.field == "dataset"
     with pytest.raises(InputError):
         load_dataset(str(tmp_path / "missing.jsonl"))
+
+
+def test_a_new_salt_changes_the_text_but_not_the_lengths() -> None:
+    """A rerun must not find its prompts in the server's prefix cache; the load stays the same."""
+    w = Workload(
+        input_len=LengthSpec(300, "lognormal", 0.5),
+        output_len=LengthSpec(50, "uniform", 0.5),
+        shared_prefix_fraction=0.5,
+        seed=7,
+    )
+    before = [w.item(i) for i in range(5)]
+    w.new_salt()
+    after = [w.item(i) for i in range(5)]
+    assert [len(a.text.split()) for a in before] == [len(b.text.split()) for b in after]
+    assert [a.max_tokens for a in before] == [b.max_tokens for b in after]
+    assert all(a.text != b.text for a, b in zip(before, after, strict=True))
+    # within one salt, the shared prefix is shared
+    w0, w1 = after[0].text.split(), after[1].text.split()
+    k = min(round(len(w0) * 0.5), round(len(w1) * 0.5))
+    assert k > 50 and w0[:k] == w1[:k]
