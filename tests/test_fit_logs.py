@@ -194,6 +194,16 @@ def test_budget_starts_from_the_total_vllm_logs(case_id):
     assert smi > logged
 
 
+def test_flashinfer_sampler_leaves_more_kv_cache_on_v1_before_mrv2():
+    """The logs that set it (vLLM 0.10.1 with FlashInfer installed) left
+    ~1 GiB more KV memory than PyTorch's sampler path would."""
+    case = next(c for c in CASES if c.get("flags", {}).get("flashinfer_sampler"))
+    with_fi = fit_accuracy.replay(case)["available_kv_gib"][0]
+    plain = dict(case, flags={k: v for k, v in case["flags"].items() if k != "flashinfer_sampler"})
+    without = fit_accuracy.replay(plain)["available_kv_gib"][0]
+    assert with_fi > without + 0.5
+
+
 @pytest.mark.parametrize("case_id", _ids(lambda c: c.get("logged", {}).get("fits") is False))
 def test_refused_start_ups_are_predicted_not_to_fit(case_id):
     _, row = ROWS[case_id]
