@@ -175,7 +175,9 @@ class ProbeRequest(BaseModel):
         512, ge=1, le=100_000, description="Safety cap on streams in flight."
     )
     seed: int = Field(
-        0, description="Seed for prompts, lengths and arrival times (same seed, same run)."
+        0,
+        description="Seed for prompt and output lengths and arrival times (same seed, same load). "
+        "Prompt text is fresh per run, so a rerun does not find its prompts in the prefix cache.",
     )
     calibrate: bool = Field(
         True,
