@@ -32,6 +32,10 @@ TTFT_OVERHEAD_MAX_MS = 25.0
 # A queued request starts its prefill when a slot frees, i.e. when another
 # request ends; client-side those two instants agree within this margin.
 SLOT_HANDOFF_TOL_MS = 40.0
+# At concurrency 8 a request that got a slot at once still pays for 8 requests
+# arriving together (parsing, templating on the HTTP threads); a queued one
+# waits for a running request to finish, hundreds of ms here.
+QUEUED_MIN_WAIT_MS = 100.0
 
 
 def _client_itl_ms(rec) -> float:
@@ -105,8 +109,9 @@ def test_timing_at_concurrency_8_differs_by_the_wait_for_a_slot(
 
     The server's ``prompt_ms`` starts when a slot takes the request, so
     ``first token - prompt_ms`` is when the slot was assigned, in client time.
-    For a request that waited, that instant must be the end of another request
-    (its slot was handed over); ITL still agrees request by request.
+    A request that waited must have waited while every slot was busy, and its
+    slot must have been handed over when another request ended; ITL still
+    agrees request by request.
     """
     n_slots = llama_server.n_parallel
     result, records = probe_engine(
@@ -114,27 +119,37 @@ def test_timing_at_concurrency_8_differs_by_the_wait_for_a_slot(
     )
     recs = [r for r in records if r.ok and not r.warmup]
     assert len(recs) == 16
-    ends = sorted(r.end_s for r in recs)
-    waits_ms, unexplained = [], []
+    slot_start = {r.index: r.first_token_s - r.server_timings["prompt_ms"] / 1000.0 for r in recs}
+
+    def busy_slots(t: float) -> int:
+        return sum(1 for r in recs if slot_start[r.index] <= t < r.end_s)
+
+    ends = [r.end_s for r in recs]
+    waits_ms: list[float] = []
+    not_full, no_handoff = [], []
     for rec in recs:
-        slot_start_s = rec.first_token_s - rec.server_timings["prompt_ms"] / 1000.0
-        wait_ms = (slot_start_s - rec.start_s) * 1000.0
+        wait_ms = (slot_start[rec.index] - rec.start_s) * 1000.0
         assert wait_ms > -SLOT_HANDOFF_TOL_MS, wait_ms
-        if wait_ms > TTFT_OVERHEAD_MAX_MS:
-            waits_ms.append(wait_ms)
-            gap_ms = min(abs(slot_start_s - e) for e in ends) * 1000.0
-            if gap_ms > SLOT_HANDOFF_TOL_MS:
-                unexplained.append((rec.index, round(wait_ms), round(gap_ms)))
+        if wait_ms <= QUEUED_MIN_WAIT_MS:
+            continue  # it got a slot at once (the rest is overhead, bounded here)
+        waits_ms.append(wait_ms)
+        middle = rec.start_s + wait_ms / 2000.0
+        if busy_slots(middle) < n_slots:
+            not_full.append((rec.index, round(wait_ms), busy_slots(middle)))
+        gap_ms = min(abs(slot_start[rec.index] - e) for e in ends) * 1000.0
+        if gap_ms > SLOT_HANDOFF_TOL_MS:
+            no_handoff.append((rec.index, round(wait_ms), round(gap_ms)))
     # closed loop at 2x the slots: after the first wave every request queues
     assert len(waits_ms) >= len(recs) - 2 * n_slots, waits_ms
-    # and each wait ends when another request ends (a late client read may blur one or two)
-    assert len(unexplained) <= max(1, len(waits_ms) // 4), unexplained
+    # it queued because every slot was taken, and got the slot another request left;
+    # a client read delayed on a busy machine may blur a few of these instants
+    allowed = max(1, len(waits_ms) // 4)
+    assert len(not_full) <= allowed, f"waited with a free slot: {not_full}"
+    assert len(no_handoff) <= allowed, f"slot started when no request ended: {no_handoff}"
     # the wait is most of the difference between what the client and the server time
     extra_ms = sum(r.ttft_ms - r.server_timings["prompt_ms"] for r in recs)
     assert sum(waits_ms) >= 0.8 * extra_ms, (sum(waits_ms), extra_ms)
-    bad = [
-        (_client_itl_ms(r), r.server_timings["predicted_per_token_ms"])
-        for r in recs
-        if not _itl_agrees(_client_itl_ms(r), r.server_timings["predicted_per_token_ms"])
-    ]
-    assert len(bad) <= 2, f"client vs server ITL disagree at concurrency 8: {bad}"
+    pairs = [(_client_itl_ms(r), r.server_timings["predicted_per_token_ms"]) for r in recs]
+    bad = [p for p in pairs if not _itl_agrees(*p)]
+    assert len(bad) <= len(recs) // 4, f"client vs server ITL disagree at concurrency 8: {bad}"
+    assert statistics.median(abs(c - s) / s for c, s in pairs) <= ITL_TOL_REL
