@@ -460,6 +460,12 @@ async def run_probe(
                     meta=meta,
                     progress=progress,
                     stop=stop,
+                    progress_prefix=(
+                        f"[{len(sweep) + 1}/{len(points)} "
+                        + (f"c={conc}] " if rate is None else f"{rate:g} req/s] ")
+                        if req.sweep
+                        else ""
+                    ),
                 )
                 all_records += records
                 last_server = server or last_server

@@ -195,7 +195,10 @@ async def run_point(
     meta: dict[str, Any],
     progress: Progress | None,
     stop: asyncio.Event,
+    progress_prefix: str = "",
 ) -> tuple[str, str, ProbeSummary, list[RequestRecord], dict[str, float], list[str]]:
+    """One stored run at one load point; returns (run_id, status, summary, records,
+    last server metrics, notes)."""
     from inferwise.probes.health import LoopLagSampler
     from inferwise.probes.loadgen import arrival_schedule, closed_loop, open_loop
     from inferwise.probes.summary import summarize
@@ -237,7 +240,8 @@ async def run_point(
             progress,
             done,
             total,
-            f"completed {counts['ok']}, failed {counts['failed']}, {done / elapsed if elapsed > 0 else 0:.1f} req/s",
+            f"{progress_prefix}completed {counts['ok']}, failed {counts['failed']}, "
+            f"{done / elapsed if elapsed > 0 else 0:.1f} req/s",
         )
 
     def send(i: int, scheduled: float | None, warmup: bool) -> Awaitable[RequestRecord]:
