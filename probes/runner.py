@@ -22,6 +22,7 @@ import math
 import os
 import platform
 import re
+import secrets
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
@@ -441,6 +442,7 @@ async def run_probe(
                 "target_host": target.host,
             }
             sweep: list[SweepPoint] = []
+            sweep_id = secrets.token_hex(3)  # a label that groups the runs of one sweep
             all_records: list[RequestRecord] = []
             last_server: dict[str, float] = {}
             for conc, rate in points:
@@ -450,6 +452,7 @@ async def run_probe(
                 if req.sweep:
                     point_labels["sweep"] = "concurrency" if rate is None else "request_rate"
                     point_labels["sweep_value"] = f"{conc if rate is None else rate:g}"
+                    point_labels["sweep_id"] = sweep_id
                 run_id, status, summary, records, server, pnotes = await run_point(
                     ctx,
                     concurrency=conc,

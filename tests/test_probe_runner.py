@@ -120,6 +120,8 @@ def test_open_loop_records_schedule_and_sweep_makes_one_run_per_point(server, tm
     )
     assert [p.request_rate for p in res.sweep] == [40, 80]
     assert len({p.run_id for p in res.sweep}) == 2
+    labels = [RunStore(db).get_run(p.run_id).labels for p in res.sweep]
+    assert labels[0]["sweep_id"] == labels[1]["sweep_id"] and labels[1]["sweep_value"] == "80"
     rows = RunStore(db).requests(res.sweep[0].run_id)
     assert len(rows) == 10 and all(r.scheduled_s is not None for r in rows)
     assert res.client_health.schedule_delay_ms.count == 10
