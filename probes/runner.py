@@ -22,9 +22,9 @@ import math
 import os
 import platform
 import re
-import secrets
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
+from secrets import token_hex
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -442,7 +442,7 @@ async def run_probe(
                 "target_host": target.host,
             }
             sweep: list[SweepPoint] = []
-            sweep_id = secrets.token_hex(3)  # a label that groups the runs of one sweep
+            sweep_id = token_hex(3)  # a label that groups the runs of one sweep
             all_records: list[RequestRecord] = []
             last_server: dict[str, float] = {}
             for conc, rate in points:
