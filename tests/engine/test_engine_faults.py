@@ -88,3 +88,43 @@ def test_killing_the_server_mid_run_keeps_finished_requests_and_classifies_the_r
         stored = store.get_run(result.run_id)
         assert stored.status == "complete"
         assert len(store.requests(result.run_id)) == REQUESTS
+
+
+def test_the_cli_reports_a_server_death_in_its_summary(start_llama_server, tmp_path) -> None:
+    """``inferwise probe`` against a server killed mid-run: exit 0, and an Errors table."""
+    import subprocess
+    import sys
+    import time
+
+    from inferwise.probes.store import RunStore
+
+    server = start_llama_server()
+    db = tmp_path / "cli.db"
+    cmd = [
+        sys.executable, "-m", "inferwise.server.cli", "probe", server.base_url,
+        "--concurrency", "4", "--requests", "24", "--input-tokens", "32",
+        "--output-tokens", "48", "--db", str(db),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if db.exists():
+                with RunStore(db) as store:
+                    runs = store.list_runs(limit=1)
+                    done = len(store.requests(runs[0].run_id)) if runs else 0
+                if done >= KILL_AFTER:
+                    time.sleep(0.3)  # let the next wave start streaming
+                    server.kill()
+                    break
+            time.sleep(0.05)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert server.process is not None and server.process.poll() is not None, "never killed"
+    assert proc.returncode == 0, err  # some requests finished: the command did its job
+    assert "Traceback" not in err
+    assert "### Errors" in out
+    assert "connect_refused" in out
+    assert "· complete ·" in out
