@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferwise.knowledge.commands import concretize
 from inferwise.knowledge.evidence import Analysis, analyse
 from inferwise.knowledge.rule_engine import Finding, evaluate, load_table
 from inferwise.knowledge.vocabulary import HYPOTHESES
@@ -171,6 +172,14 @@ def _docs(hyp: str) -> list[str]:
     return list(dict.fromkeys([*preferred, *explaining]))[:3]
 
 
+def proof_steps(a: Analysis, hyp: str, url: str | None = None) -> list[str]:
+    """The guide's checks for ``hyp`` with this workload's deployment (and the run's endpoint)
+    filled into their commands."""
+    if url is None and a.run:
+        url = ((a.run.get("config") or {}).get("url")) or None
+    return [concretize(step, a, url) for step in _guide(hyp).get("how_to_prove", [])]
+
+
 def rank(a: Analysis, limit: int = 24) -> tuple[list[Hypothesis], list[CounterEvidence]]:
     findings = evaluate(a.facts)
     for hyp in a.workload.suspected_causes or []:
@@ -202,7 +211,7 @@ def rank(a: Analysis, limit: int = 24) -> tuple[list[Hypothesis], list[CounterEv
                 score=score,
                 evidence=pro,
                 counter_evidence=con,
-                how_to_prove=list(guide.get("how_to_prove", [])),
+                how_to_prove=proof_steps(a, hyp),
                 decisive_metric=str(guide.get("decisive", "")),
                 playbooks=_playbooks(hyp),
                 docs=_docs(hyp),
@@ -238,7 +247,9 @@ def missing_measurements(
         if hyp:
             why += f" Needed to confirm or rule out '{hyp}'."
         out.append(
-            MissingMeasurement(field=field, why=why, how_to_measure=entry.get("how_to_measure", ""))
+            MissingMeasurement(
+                field=field, why=why, how_to_measure=concretize(entry.get("how_to_measure", ""), a)
+            )
         )
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferwise.knowledge.commands import concretize
 from inferwise.knowledge.diagnosis import Hypothesis
 from inferwise.knowledge.evidence import Analysis
 from inferwise.knowledge.plan_parts import (
@@ -80,7 +81,7 @@ def _playbook_stage(a: Analysis, pb: Any, hyp: str, url: str, engine: str) -> St
     knobs = knob_lines(pb, engine)
     flags = "; ".join(f"`{k.flag}` ({k.engine})" for k in knobs)
     guide = load_table("hypotheses.toml").get(hyp, {})
-    measure = [probe_command(a, url, pb.id), *pb.measure]
+    measure = [probe_command(a, url, pb.id), *(concretize(m, a, url) for m in pb.measure)]
     return Stage(
         title=pb.title,
         variable=pb.variable,

@@ -262,7 +262,7 @@ def plan_experiments(req: PlanRequest) -> PlanResult:
         else (hyps[0] if hyps else None)
     )
     if req.hypothesis and leading is None:
-        from inferwise.knowledge.diagnosis import _guide, _playbooks
+        from inferwise.knowledge.diagnosis import _guide, _playbooks, proof_steps
 
         g = _guide(req.hypothesis)
         leading = Hypothesis(
@@ -272,7 +272,7 @@ def plan_experiments(req: PlanRequest) -> PlanResult:
             level="low",
             score=0.0,
             evidence=["Chosen by the user; no evidence in the workload yet."],
-            how_to_prove=list(g.get("how_to_prove", [])),
+            how_to_prove=proof_steps(a, req.hypothesis, req.url),
             decisive_metric=str(g.get("decisive", "")),
             playbooks=_playbooks(req.hypothesis),
         )
