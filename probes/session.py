@@ -60,6 +60,7 @@ class ProbeContext:
 
 
 async def discover_model(ctx: ProbeContext) -> tuple[str | None, str | None]:
+    """The first model the server lists at /v1/models, or (None, why not)."""
     import json
 
     from inferwise.probes.client import exchange
@@ -116,6 +117,8 @@ async def negotiate(ctx: ProbeContext) -> list[str]:
 
 
 async def calibrate(ctx: ProbeContext) -> Calibration:
+    """Two one-token requests of 64 and 512 words; the server's prompt_tokens give the
+    line tokens = a + b * words that synthetic prompts are then sized by."""
     import random
 
     from inferwise.probes.client import exchange, request_body, to_record
@@ -141,6 +144,8 @@ async def calibrate(ctx: ProbeContext) -> Calibration:
 async def send_one(
     ctx: ProbeContext, origin: float, index: int, scheduled: float | None, warmup: bool
 ) -> RequestRecord:
+    """Send request `index` and return its record (never raises for request trouble).
+    With honor_retry_after, a 429 is retried and the user-felt start is kept."""
     from inferwise.probes.client import exchange, request_body, retry_after_s, to_record
 
     item = ctx.workload.item(index)
