@@ -503,3 +503,22 @@ def test_a_worker_that_cannot_start_is_an_operational_error(server, tmp_path, mo
             url=server.base_url, requests=4, workers=2, output_tokens=2, db=str(tmp_path / "r.db")
         )
     assert RunStore(str(tmp_path / "r.db")).list_runs()[0].status == "failed"
+
+
+def test_markdown_renders_sweeps_errors_and_notes(tmp_path) -> None:
+    from inferwise.server.render import render
+
+    with RefServer(ttft_lo_ms=5, ttft_hi_ms=5, itl_ms=1, fault="http_503", fault_share=0.3) as srv:
+        res = probe(
+            url=srv.base_url,
+            concurrency=2,
+            sweep=[1, 2],
+            requests=6,
+            output_tokens=3,
+            slo={"ttft_ms": 100},
+            db=str(tmp_path / "r.db"),
+        )
+    text = render("probe.md.j2", res)
+    assert "### Sweep" in text and "### Errors" in text and "http_5xx" in text
+    assert text.count("| complete |") == 2
+    assert "goodput" in text and res.run_id in text
