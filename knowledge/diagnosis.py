@@ -220,6 +220,15 @@ def rank(a: Analysis, limit: int = 24) -> tuple[list[Hypothesis], list[CounterEv
     return ranked[:limit], against
 
 
+_INTERACTIVE_ONLY = (
+    "slo.ttft_ms",
+    "slo.itl_ms",
+    "slo.tpot_ms",
+    "observations.ttft_ms",
+    "observations.itl_ms",
+)
+
+
 def missing_measurements(
     a: Analysis, hypotheses: list[Hypothesis], baseline_fields: bool = True
 ) -> list[MissingMeasurement]:
@@ -234,6 +243,11 @@ def missing_measurements(
     for h in hypotheses[:3]:
         for field in hyp_guides.get(h.id, {}).get("needs", []):
             wanted.setdefault(field, h.id)
+    if a.value("traffic.mode") == "offline":
+        # an offline job is judged by throughput and completion time, not per-token latency
+        for field in _INTERACTIVE_ONLY:
+            wanted.pop(field, None)
+        wanted.setdefault("observations.requests_per_s", "")
     if a.value("constraints.gpus") is not None or (
         a.workload.constraints is not None and a.workload.constraints.gpus
     ):

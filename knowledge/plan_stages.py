@@ -238,9 +238,14 @@ def _sizing_stage(a: Analysis, cands: list[Candidate]) -> Stage:
 def _validation_stage(a: Analysis, url: str, changes: list[Stage]) -> Stage:
     peak = peak_rate(a)
     over = peak * 1.5 if peak else None
+    offline = a.value("traffic.mode") == "offline"
     measure = [
-        probe_command(a, url, "combined", rate=peak) + "   (at the peak rate)",
-        probe_command(a, url, "overload", rate=over) + "   (overload: 1.5x peak)"
+        probe_command(a, url, "combined", rate=peak)
+        + ("   (closed loop, GPUs saturated)" if offline else "   (at the peak rate)"),
+        # an offline job has no overload: it is run saturated by design; resumability matters
+        "Kill one worker mid-job and check that the job resumes without redoing finished items."
+        if offline
+        else probe_command(a, url, "overload", rate=over) + "   (overload: 1.5x peak)"
         if over
         else "An overload run at 1.5x the highest rate measured.",
         "The product quality eval on the combined configuration.",

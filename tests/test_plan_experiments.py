@@ -313,3 +313,41 @@ def test_rate_baseline_and_diagnosis_quote_one_capacity(plans):
         else:
             assert base.value == pytest.approx(cap, rel=1e-3) and base.value > 0
             assert "max rate under the SLO" in base.note
+
+
+def test_missing_measurements_never_ask_for_what_the_workload_gives(plans):
+    """A listed field must be absent from the file; and an offline job is not asked for
+    interactive latency targets (TTFT/ITL) but for throughput."""
+    from inferwise.knowledge.workload import get_path, load_workload
+
+    for p in EXAMPLES:
+        wl = load_workload(str(p))
+        for m in plans[p.stem].missing_measurements:
+            assert get_path(wl, m.field) is None, (p.stem, m.field)
+    offline = [m.field for m in plans["offline-batch-summarisation"].missing_measurements]
+    assert not {"slo.ttft_ms", "slo.itl_ms", "observations.itl_ms"} & set(offline), offline
+    assert "observations.requests_per_s" in offline
+
+
+def test_baseline_pins_exactly_what_the_workload_states(plans):
+    """The engine version in the baseline comes from the file; where the file has none the
+    plan asks to pin it instead of inventing one."""
+    from inferwise.knowledge.workload import load_workload
+
+    for p in EXAMPLES:
+        dep = load_workload(str(p)).deployment
+        change = plans[p.stem].stages[1 if plans[p.stem].mode == "greenfield" else 0].change
+        assert change.startswith("Nothing. Pin "), (p.stem, change)
+        if dep is not None and dep.engine and dep.engine_version:
+            assert f"engine {dep.engine} {dep.engine_version}," in change, p.stem
+        elif dep is not None and dep.engine:
+            assert f"engine {dep.engine} (pin the version)" in change, (p.stem, change)
+        if dep is not None and dep.model:
+            assert f"model {dep.model}," in change
+
+
+def test_offline_validation_has_no_overload_probe(plans):
+    final = plans["offline-batch-summarisation"].stages[-1]
+    assert not any("stage=overload" in m for m in final.measure)
+    assert any("closed loop" in m for m in final.measure)
+    assert any("stage=overload" in m for m in plans["support-chat"].stages[-1].measure)
