@@ -50,10 +50,38 @@ def _applicable(a: Analysis, pb: Any) -> bool:
     return True
 
 
+_OUTSIDE_ENGINE = ("generic", "kubernetes", "llm-d", "dynamo")
+
+
 def knob_lines(pb: Any, engine: str) -> list[Any]:
+    """The one setting a stage changes: the engine's flag for the playbook's variable.
+
+    A playbook lists several knobs (per engine, and alternatives or companions); a stage that
+    changed two of them would not tell which one moved the metric. So exactly one is chosen:
+    the knob whose flag names the variable (deployment.max_num_batched_tokens ->
+    --max-num-batched-tokens), and of a compound flag ("--a; --b") only that part. Variables
+    that live outside the engine (gateway, router) take the gateway/cluster knob first."""
+    from dataclasses import replace
+
     mine = [k for k in pb.knobs if k.engine == engine]
-    generic = [k for k in pb.knobs if k.engine in ("generic", "kubernetes", "llm-d", "dynamo")]
-    return mine or generic or list(pb.knobs[:1])
+    outside = [k for k in pb.knobs if k.engine in _OUTSIDE_ENGINE]
+    var = str(pb.variable)
+    if var.startswith(("gateway", "router")):
+        candidates = outside + mine
+    else:
+        candidates = mine or outside
+    candidates = candidates or list(pb.knobs[:1])
+    if not candidates:
+        return []
+    flag = ""
+    if var.startswith("deployment."):
+        flag = "--" + var.removeprefix("deployment.").split()[0].replace("_", "-")
+    chosen = next((k for k in candidates if flag and flag in k.flag), candidates[0])
+    parts = [p.strip() for p in chosen.flag.split(";") if p.strip()]
+    if len(parts) > 1:
+        part = next((p for p in parts if flag and flag in p), parts[0])
+        chosen = replace(chosen, flag=part)
+    return [chosen]
 
 
 def _slo_line(a: Analysis) -> str:

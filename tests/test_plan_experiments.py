@@ -55,7 +55,10 @@ def test_stages_change_one_variable_each_least_complex_first(plans):
         for s in changes:
             assert s.variable == get_playbook(s.playbook).variable
             flags = [k.flag for k in get_playbook(s.playbook).knobs]
-            assert any(f in s.change for f in flags), (name, s.playbook)
+            parts = [part.strip() for f in flags for part in f.split(";")]
+            assert any(part in s.change for part in parts), (name, s.playbook)
+            # exactly one setting is changed: one backticked flag in "Change only ...: `flag`"
+            assert s.change.count("` (") == 1, (name, s.playbook, s.change)
             assert any(m.startswith("inferwise probe") for m in s.measure)
             assert s.decisive_metric
 
