@@ -66,11 +66,8 @@ def knob_lines(pb: Any, engine: str) -> list[Any]:
     mine = [k for k in pb.knobs if k.engine == engine]
     outside = [k for k in pb.knobs if k.engine in _OUTSIDE_ENGINE]
     var = str(pb.variable)
-    if var.startswith(("gateway", "router")):
-        candidates = outside + mine
-    else:
-        candidates = mine or outside
-    candidates = candidates or list(pb.knobs[:1])
+    outside_first = var.startswith(("gateway", "router"))
+    candidates = (outside + mine if outside_first else mine or outside) or list(pb.knobs[:1])
     if not candidates:
         return []
     flag = ""
