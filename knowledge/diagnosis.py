@@ -308,8 +308,11 @@ def load_inputs(workload: str | dict[str, Any] | None, run: str | None, db: str 
 
 def diagnose(req: DiagnoseRequest) -> DiagnoseResult:
     """Rank the likely bottlenecks, with evidence, counter-evidence and how to prove each."""
+    from inferwise.knowledge.sizing import calculation_scope
+
     wl = load_inputs(req.workload, req.run, req.db)
-    a = analyse(wl, req.run, req.db)
+    with calculation_scope():
+        a = analyse(wl, req.run, req.db)
     hypotheses, against = rank(a, req.limit)
     notes = list(dict.fromkeys(a.notes))
     if not hypotheses:

@@ -244,6 +244,13 @@ def _is_greenfield(a: Analysis) -> bool:
 
 def plan_experiments(req: PlanRequest) -> PlanResult:
     """The full plan for a workload (and optional stored run); see the module docstring."""
+    from inferwise.knowledge.sizing import calculation_scope
+
+    with calculation_scope():
+        return _plan(req)
+
+
+def _plan(req: PlanRequest) -> PlanResult:
     from inferwise.calculators.errors import InputError
 
     if req.hypothesis is not None and req.hypothesis not in HYPOTHESES:

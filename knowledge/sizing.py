@@ -14,6 +14,11 @@ from registry input models and must stay light.
 
 from __future__ import annotations
 
+import copy
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +33,26 @@ class CalcOutcome:
     result: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     request: dict[str, Any] = field(default_factory=dict)
+
+
+_MEMO: ContextVar[dict[tuple[str, str], CalcOutcome] | None] = ContextVar(
+    "inferwise_calc_memo", default=None
+)
+
+
+@contextmanager
+def calculation_scope() -> Iterator[None]:
+    """Within one diagnose or plan call, answer a repeated calculator request from memory.
+
+    The analysis of the stated deployment and the greenfield candidates often ask the same
+    question (same model, GPU, TP, lengths); the calculators are deterministic, so the second
+    answer is the first one. The memory lives only for the call: a model given as a path to a
+    config.json may change between calls."""
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
 
 
 def gpu_info(gpu_name: str | None) -> tuple[Any | None, str | None]:
@@ -98,10 +123,6 @@ def _call(
     because they are optional refinements (e.g. engine_version)."""
     import importlib
 
-    from pydantic import ValidationError
-
-    from inferwise.calculators.errors import InferwiseError
-
     outcome = CalcOutcome(name=name)
     try:
         mod = importlib.import_module(module)
@@ -115,6 +136,22 @@ def _call(
     fields = getattr(cls, "model_fields", {})
     args = {k: v for k, v in kwargs.items() if k in fields}
     outcome.request = args
+    memo = _MEMO.get()
+    key = (name, json.dumps(args, sort_keys=True, default=str))
+    if memo is not None and key in memo:
+        return copy.deepcopy(memo[key])
+    _compute(outcome, cls, fn, args, name)
+    if memo is not None:
+        memo[key] = copy.deepcopy(outcome)
+    return outcome
+
+
+def _compute(outcome: CalcOutcome, cls: Any, fn: Any, args: dict[str, Any], name: str) -> None:
+    """Validate, call, and record the answer or why there is none (into ``outcome``)."""
+    from pydantic import ValidationError
+
+    from inferwise.calculators.errors import InferwiseError
+
     try:
         req = cls.model_validate(args)
         res = fn(req)
@@ -129,7 +166,6 @@ def _call(
         outcome.notes.append(
             f"`inferwise {name}` failed unexpectedly ({type(exc).__name__}: {exc}); its numbers are missing."
         )
-    return outcome
 
 
 def can_size(workload: Workload) -> str | None:

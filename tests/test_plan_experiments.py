@@ -3,6 +3,7 @@ workload-specific acceptance, honest missing measurements, and the Markdown rend
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -354,3 +355,48 @@ def test_offline_validation_has_no_overload_probe(plans):
     assert not any("stage=overload" in m for m in final.measure)
     assert any("closed loop" in m for m in final.measure)
     assert any("stage=overload" in m for m in plans["support-chat"].stages[-1].measure)
+
+
+def test_identical_calculator_questions_are_answered_once_per_call(monkeypatch):
+    """A greenfield workload naming its GPU and TP: the analysis of the stated deployment and
+    the sizing of the same candidate ask fit/predict/budget identical questions. Each is
+    computed once, and the plan is the same as without the memory."""
+    import inferwise.knowledge.sizing as sizing
+
+    wl = {
+        "traffic": {
+            "arrival_rate_rps": 5,
+            "input_tokens": {"p50": 2000},
+            "output_tokens": {"p50": 200},
+        },
+        "slo": {"ttft_ms": {"p95": 1000}},
+        "deployment": {
+            "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "gpu": "h100",
+            "tensor_parallel_size": 1,
+        },
+    }
+    computed: list[str] = []
+    asked: list[str] = []
+    real_compute, real_call = sizing._compute, sizing._call
+
+    def count_compute(outcome, *args, **kw):
+        computed.append(outcome.name)
+        return real_compute(outcome, *args, **kw)
+
+    def count_call(name, *args, **kw):
+        asked.append(name)
+        return real_call(name, *args, **kw)
+
+    monkeypatch.setattr(sizing, "_compute", count_compute)
+    monkeypatch.setattr(sizing, "_call", count_call)
+    with_memo = _plan(wl)
+    assert len(asked) > len(computed) and sorted(set(computed)) == ["budget", "fit", "predict"]
+
+    @contextlib.contextmanager
+    def no_memo():
+        yield
+
+    monkeypatch.setattr(sizing, "calculation_scope", no_memo)
+    without = _plan(wl)
+    assert with_memo.model_dump() == without.model_dump()
