@@ -331,7 +331,8 @@ def diagnose(req: DiagnoseRequest) -> DiagnoseResult:
         hypotheses=hypotheses,
         counter_evidence=against,
         facts=facts_used(a),
-        missing_measurements=missing_measurements(a, hypotheses, baseline_fields=False),
+        # with nothing to go on, the baseline measurements are what would produce a lead
+        missing_measurements=missing_measurements(a, hypotheses, baseline_fields=not hypotheses),
         assumptions=list(dict.fromkeys(a.assumptions)),
         notes=notes,
     )

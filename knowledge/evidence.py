@@ -464,7 +464,13 @@ def _calculator_facts(a: Analysis) -> None:
     missing = can_size(a.workload)
     if missing:
         if a.workload.deployment is not None:
-            a.notes.append(f"The calculators were not run: {missing} is missing.")
+            allowed = a.workload.constraints.gpus if a.workload.constraints else None
+            hint = (
+                f"; the workload allows {', '.join(allowed)}: `inferwise plan` sizes each candidate"
+                if allowed and "deployment.gpu" in missing
+                else ""
+            )
+            a.notes.append(f"The calculators were not run: {missing} is missing{hint}.")
         return
     inp, out = _sizing_lengths(a)
     # Requests in flight hold typical, not worst-case, contexts: size the KV question with
@@ -616,9 +622,21 @@ def _capacity_facts(a: Analysis) -> None:
         return
     a.put("derived.capacity_rps", a.value("derived.capacity_rps"), "computed", basis)
     a.put("derived.capacity_basis", basis, "computed")
-    peak = a.value("derived.peak_rate_rps")
+    peak, cap = a.value("derived.peak_rate_rps"), a.value("derived.capacity_rps")
     if peak:
-        a.put("derived.peak_over_capacity", peak / a.value("derived.capacity_rps"), "derived")
+        a.put("derived.peak_over_capacity", peak / cap, "derived")
+    rate, queue = a.value("traffic.arrival_rate_rps"), a.value("observations.queue_depth")
+    if rate:
+        a.put("derived.mean_over_capacity", rate / cap, "derived")
+        if rate > cap and queue is not None and queue < 1:
+            # measured beats modelled: a deployment that serves its mean rate without a
+            # queue has more capacity than computed; say so rather than call it saturated
+            a.assumptions.append(
+                f"The computed capacity ({cap:.3g} req/s, {basis}) is below the mean rate of "
+                f"{rate:g} req/s that the measurements show being served without a queue "
+                f"(queue depth {queue:g}): the calculators underestimate this deployment, so "
+                "computed capacities here are lower bounds and replica counts upper bounds."
+            )
 
 
 # --------------------------------------------------------------------------- symptoms

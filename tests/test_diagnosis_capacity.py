@@ -1,0 +1,34 @@
+"""Capacity in the diagnosis: one computed figure, and measurement over the model when they
+disagree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inferwise.knowledge.diagnosis import DiagnoseRequest, diagnose
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "workloads"
+
+
+def test_an_empty_measured_queue_at_the_mean_rate_outweighs_a_computed_shortfall():
+    """code-assistant serves 35 req/s with half a request waiting; the calculators put its
+    capacity far below that. The measured system is not saturated, and the output says that
+    the computed capacity is a lower bound."""
+    r = diagnose(DiagnoseRequest(workload=str(EXAMPLES / "code-assistant.json")))
+    top3 = [h.id for h in r.hypotheses[:3]]
+    assert "saturation" not in top3
+    sat = next(h for h in r.hypotheses if h.id == "saturation")
+    assert sat.level == "low"
+    assert any("no evidence of saturation" in e for e in sat.counter_evidence)
+    assert any("lower bounds" in x for x in r.assumptions)
+
+
+def test_a_deployment_with_nothing_measured_is_told_what_to_measure():
+    """No lead at all: the diagnosis names the baseline measurements (with commands carrying
+    the workload's own rate and lengths) and where the GPU choice is made."""
+    r = diagnose(DiagnoseRequest(workload=str(EXAMPLES / "rag-long-documents.toml")))
+    assert r.hypotheses == [] and r.summary.startswith("Not enough measured")
+    fields = {m.field: m for m in r.missing_measurements}
+    assert "observations.ttft_ms" in fields
+    assert "--request-rate 3 --input-tokens 12000" in fields["observations.ttft_ms"].how_to_measure
+    assert any("`inferwise plan` sizes each candidate" in n for n in r.notes)
