@@ -383,6 +383,7 @@ async def run_probe(
         handle_signals,
         negotiate,
         run_point,
+        server_properties,
     )
     from inferwise.probes.store import RunStore
 
@@ -441,6 +442,9 @@ async def run_probe(
                 "calibration": calibration.model_dump(),
                 "target_host": target.host,
             }
+            server = await server_properties(ctx)
+            if server:
+                meta["server"] = server
             sweep: list[SweepPoint] = []
             sweep_id = token_hex(3)  # a label that groups the runs of one sweep
             all_records: list[RequestRecord] = []

@@ -80,6 +80,34 @@ async def discover_model(ctx: ProbeContext) -> tuple[str | None, str | None]:
         return None, "the server's /v1/models reply lists no model; pass --model"
 
 
+async def server_properties(ctx: ProbeContext) -> dict[str, Any]:
+    """Engine facts the server states about itself, stored with the run so the
+    diagnosis knows the slot limit instead of guessing it from the load.
+
+    llama.cpp answers GET /props with `total_slots` (its -np); vLLM and SGLang
+    have no such endpoint (a 404 leaves this empty). Best effort, one request.
+    """
+    import json
+
+    from inferwise.probes.client import Pool, exchange
+
+    target = ctx.pool.target
+    root = dataclasses.replace(target, base_path=target.base_path.removesuffix("/v1"))
+    pool = Pool(root)
+    try:
+        out = await exchange(pool, "/props", b"", api_key=ctx.api_key, timeouts=ctx.timeouts, method="GET")
+    finally:
+        pool.close()
+    if out.error_class or out.status != 200:
+        return {}
+    try:
+        data = json.loads(b"".join(d for _, d in out.reads))
+        slots = int(data["total_slots"])
+    except (ValueError, KeyError, TypeError):
+        return {}
+    return {"engine": "llama.cpp", "max_num_seqs": slots} if slots > 0 else {}
+
+
 async def negotiate(ctx: ProbeContext) -> list[str]:
     """Find which optional request fields the server accepts. Engines (vLLM, SGLang,
     llama.cpp) take ignore_eos and per-chunk usage; strict hosted APIs answer 400 to
