@@ -28,6 +28,14 @@ def _command_tail(text: str, start: int) -> str:
     return text[start : end if end >= 0 else len(text)]
 
 
+_SHORTHAND = (
+    (re.compile(r"(--request-rate )R\b(?!_)"), "RATE"),
+    (re.compile(r"(--request-rate )2x_capacity\b"), "TWICE_CAPACITY"),
+    (re.compile(r"(--request-rate )R_peak_x1\.5\b"), "OVERLOAD_RATE"),
+    (re.compile(r"(--concurrency )[NC]\b"), "CONCURRENCY"),
+)
+
+
 def placeholder_values(a: Any) -> dict[str, str]:
     """Values for the named placeholders of the recipes, from what the workload states or a run
     measured; a placeholder without a value stays as written."""
@@ -46,6 +54,11 @@ def placeholder_values(a: Any) -> dict[str, str]:
         out["P95_PROMPT"] = str(int(p95))
     if out_t:
         out["P50_OUTPUT"] = str(int(out_t))
+    # "2x capacity" in an overload test means above anything the service is rated for: the
+    # larger of the computed capacity and the stated peak
+    rated = max(a.value("derived.capacity_rps") or 0.0, peak or 0.0)
+    if rated:
+        out["TWICE_CAPACITY"] = f"{2 * rated:.3g}"
     conc = a.value("observations.concurrency") or a.value("traffic.concurrency")
     if conc:
         out["CONCURRENCY"] = str(max(1, round(conc)))
@@ -84,6 +97,10 @@ def concretize(text: str, a: Any, url: str | None = None) -> str:
 
     text = _CALC.sub(fill, text)
     values = placeholder_values(a)
+    # the playbooks' shorthand: R (the rate), N/C after --concurrency, 2x_capacity
+    for pattern, key in _SHORTHAND:
+        if key in values:
+            text = pattern.sub(lambda m, k=key: m.group(1) + values[k], text)
     text = _NAMED.sub(lambda m: values.get(m.group(1), m.group(1)), text)
     if url:
         text = _PROBE_URL.sub(lambda m: m.group(1) + url, text)
