@@ -259,3 +259,39 @@ def test_non_local_bind_needs_allowed_host() -> None:
         mcp_server.MCPConfig(transport="http", host="0.0.0.0", allowed_host=["box.lan:8765"])
     )
     assert security.enable_dns_rebinding_protection and "box.lan:8765" in security.allowed_hosts
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_cancelled_probe_keeps_the_finished_requests_as_interrupted(server, tmp_path, mode) -> None:
+    from mcp.client import Client
+
+    from inferwise.probes.sim import SimConfig, SimServer
+    from inferwise.probes.store import RunStore
+
+    async def go(url):
+        started = asyncio.Event()
+
+        async def on_progress(done, total, message):
+            if done >= 2:
+                started.set()
+
+        async with Client(server, mode=mode) as client:
+            call = asyncio.create_task(
+                client.call_tool(
+                    "probe_endpoint",
+                    {"url": url, "model": "m", "requests": 200, "concurrency": 2, "output_tokens": 50},
+                    progress_callback=on_progress,
+                )
+            )
+            await asyncio.wait_for(started.wait(), 30)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            await asyncio.sleep(0.5)  # the server's cleanup runs in its finally blocks
+
+    with SimServer(SimConfig(ttft_ms=20, itl_ms=5)) as sim:
+        run(go(sim.base_url))
+    with RunStore(tmp_path / "runs.db") as store:
+        (stored,) = store.list_runs()
+        assert stored.status == "interrupted"
+        assert 2 <= len(store.requests(stored.run_id)) < 200
