@@ -364,12 +364,14 @@ def _looks_like_path(spec: str) -> bool:
     )
 
 
-def load_model(spec: str) -> ModelSource:
+def load_model(spec: str, *, fresh: bool = True) -> ModelSource:
     """A catalog entry by Hugging Face id (or its part after the slash, when
     unambiguous), or a local ``config.json`` / model folder.
 
     A path that exists wins over a catalog id, because a local folder holds
-    the exact checkpoint the user means to serve.
+    the exact checkpoint the user means to serve. ``fresh=False`` hands a
+    catalog entry out without the deep copy of its config, for callers that
+    only read it (the fit calculator, on every request).
     """
     spec = spec.strip()
     if not spec:
@@ -383,11 +385,11 @@ def load_model(spec: str) -> ModelSource:
     key = spec.lower().split("huggingface.co/", 1)[-1] if is_url else spec.lower()
     key = key.strip("/")
     if key in by_id:
-        return _fresh(by_id[key])
+        return _fresh(by_id[key]) if fresh else by_id[key]
     if "/" not in key and key in by_name:
         matches = by_name[key]
         if len(matches) == 1:
-            return _fresh(matches[0])
+            return _fresh(matches[0]) if fresh else matches[0]
         raise InputError(
             "model",
             f"'{spec}' is ambiguous; use the full id: " + ", ".join(m.hf_id for m in matches),

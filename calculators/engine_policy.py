@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .architecture import ModelArchitecture
 from .errors import InputError
@@ -64,6 +65,7 @@ SGLANG_DEFAULT_VERSION = "0.5.0"
 SGLANG_KNOWN_VERSIONS = ("0.4.0", "0.5.0")
 
 
+@lru_cache(maxsize=256)
 def parse_version(text: str, field_name: str = "engine_version") -> tuple[int, int, int]:
     m = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
     if not m:
@@ -122,7 +124,13 @@ def _sampler_era(v: tuple[int, int, int]) -> str:
     return "v1" if v < (0, 19, 0) else "v1_019"
 
 
+@lru_cache(maxsize=64)
 def vllm_rules(version: str | None) -> VllmRules:
+    """The rules of a release (immutable, so one instance per version string)."""
+    return _vllm_rules(version)
+
+
+def _vllm_rules(version: str | None) -> VllmRules:
     requested = version or VLLM_DEFAULT_VERSION
     v = parse_version(requested)
     base = _nearest_known(v, VLLM_KNOWN_VERSIONS)

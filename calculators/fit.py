@@ -18,12 +18,16 @@ project modules only (the MCP server imports this at start-up).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .deployment import Deployment
 from .errors import InputError
+
+if TYPE_CHECKING:
+    from .architecture import ModelArchitecture
+    from .catalog import ModelSource
 
 GiB = 1 << 30
 
@@ -226,9 +230,13 @@ def _check_parallelism(req: FitRequest, arch) -> None:
         )
 
 
-def estimate_fit(req: FitRequest) -> FitResult:
-    """Compute the memory fit; see the module docstring."""
-    return _estimate(req, with_suggestions=True)
+def estimate_fit(req: FitRequest, with_suggestions: bool = True) -> FitResult:
+    """Compute the memory fit; see the module docstring.
+
+    ``with_suggestions=False`` skips the recomputed alternatives (most of the
+    cost), for callers that need only the capacity, such as the predictor.
+    """
+    return _estimate(req, with_suggestions=with_suggestions)
 
 
 def estimate_fit_with_available(req: FitRequest, available_kv_bytes: int | list[int]) -> FitResult:
@@ -245,8 +253,14 @@ def estimate_fit_with_available(req: FitRequest, available_kv_bytes: int | list[
 
 
 def _estimate(
-    req: FitRequest, with_suggestions: bool, available_override: int | list[int] | None = None
+    req: FitRequest,
+    with_suggestions: bool,
+    available_override: int | list[int] | None = None,
+    resolved: tuple[ModelSource, ModelArchitecture] | None = None,
 ) -> FitResult:
+    """The fit. ``resolved`` is the (source, architecture) of ``req.model``
+    already read, passed by ``_suggestions`` for alternatives that keep the
+    model and its overrides, so they do not read and normalise it again."""
     from . import engine_policy as ep
     from .architecture import from_config
     from .catalog import get_gpu, load_model
@@ -258,8 +272,12 @@ def _estimate(
     warnings: list[str] = []
     quantities: list[Quantity] = []
 
-    source = load_model(req.model)
-    arch = from_config(source.config, req.hf_overrides)
+    if resolved is None:
+        # fresh=False: the config is only read here, never changed; no copy needed
+        source = load_model(req.model, fresh=False)
+        arch = from_config(source.config, req.hf_overrides)
+    else:
+        source, arch = resolved
     assumptions += list(arch.notes)
     _check_parallelism(req, arch)
 
@@ -618,7 +636,7 @@ def _estimate(
         suggestions=[],
     )
     if with_suggestions:
-        result.suggestions = _suggestions(req, result, arch, scheme, gpu)
+        result.suggestions = _suggestions(req, result, source, arch, scheme, gpu)
     return result
 
 
@@ -737,8 +755,12 @@ def _sglang(
     )
 
 
-def _suggestions(req: FitRequest, base: FitResult, arch, scheme, gpu) -> list[Suggestion]:
-    """Recompute the deployment with one change at a time."""
+def _suggestions(req: FitRequest, base: FitResult, source, arch, scheme, gpu) -> list[Suggestion]:
+    """Recompute the deployment with one change at a time.
+
+    No option changes the model or its overrides, so each reuses the
+    source and architecture the request already resolved.
+    """
     from .catalog import list_gpus
 
     options: list[tuple[str, str, dict, str]] = []
@@ -830,7 +852,9 @@ def _suggestions(req: FitRequest, base: FitResult, arch, scheme, gpu) -> list[Su
         data.update(update)
         data = {k: v for k, v in data.items() if v is not None}
         try:
-            alt = _estimate(FitRequest.model_validate(data), with_suggestions=False)
+            alt = _estimate(
+                FitRequest.model_validate(data), with_suggestions=False, resolved=(source, arch)
+            )
         except (InputError, ValueError):
             continue
         out.append(

@@ -24,7 +24,9 @@ Stdlib only.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .architecture import ModelArchitecture
 from .quantization import QuantScheme
@@ -45,9 +47,12 @@ CATEGORIES = (
 )
 
 
-@dataclass(frozen=True)
-class _Part:
-    """One module (or a group of identical ones) of the model."""
+class _Part(NamedTuple):
+    """One module (or a group of identical ones) of the model.
+
+    A named tuple, not a dataclass: a model has a few hundred of them and a
+    tuple is built several times faster (this runs on every fit request).
+    """
 
     category: str
     params: int
@@ -228,7 +233,64 @@ def _mlp_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
     return parts
 
 
-def _parts(arch: ModelArchitecture) -> list[_Part]:
+def _layout_key(arch: ModelArchitecture) -> tuple:
+    """Every architecture fact the parts and their per-rank split depend on.
+
+    ``ModelArchitecture`` itself is not hashable (it keeps the checkpoint's
+    quantization_config dict), and that dict, the dtype and the notes do not
+    change the module list; the quantization scheme is a separate argument.
+    """
+    return (
+        arch.num_layers,
+        arch.hidden_size,
+        arch.num_attention_heads,
+        arch.num_kv_heads,
+        arch.head_dim,
+        arch.intermediate_size,
+        arch.vocab_size,
+        arch.tie_word_embeddings,
+        arch.moe,
+        arch.mla,
+        arch.vision,
+        arch.attention_bias,
+        arch.o_bias,
+        arch.mlp_bias,
+        arch.qk_norm,
+        arch.norms_per_layer,
+        arch.attention_sinks,
+    )
+
+
+_CACHE_SIZE = 64
+"""Distinct architectures (or weight layouts) kept; a fit request touches a few."""
+
+_PARTS_CACHE: dict[tuple, tuple[_Part, ...]] = {}
+
+
+def _remember(cache: dict, key: object, value: object) -> None:
+    """Bounded memo: start over when full. ``clear`` and item assignment are
+    atomic, so MCP worker threads may share these caches without a lock."""
+    if len(cache) >= _CACHE_SIZE:
+        cache.clear()
+    cache[key] = value
+
+
+def _parts(arch: ModelArchitecture) -> tuple[_Part, ...]:
+    """The module list, built once per distinct architecture.
+
+    A fit request asks for it a dozen times (the request and each recomputed
+    alternative, weights at runtime and checkpoint layout); the list depends
+    only on the architecture, never on the deployment.
+    """
+    key = _layout_key(arch)
+    parts = _PARTS_CACHE.get(key)
+    if parts is None:
+        parts = tuple(_build_parts(arch))
+        _remember(_PARTS_CACHE, key, parts)
+    return parts
+
+
+def _build_parts(arch: ModelArchitecture) -> list[_Part]:
     h, v = arch.hidden_size, arch.vocab_size
     parts = [_Part("embedding", v * h, "vocab", "model.embed_tokens", False)]
     for i in range(arch.num_layers):
@@ -251,8 +313,20 @@ def _parts(arch: ModelArchitecture) -> list[_Part]:
     return parts
 
 
+_COUNTS_CACHE: dict[tuple, ParamCounts] = {}
+
+
 def count_parameters(arch: ModelArchitecture) -> ParamCounts:
-    """Parameter counts by component for the whole model."""
+    """Parameter counts by component for the whole model (immutable, so shared per architecture)."""
+    key = _layout_key(arch)
+    counts = _COUNTS_CACHE.get(key)
+    if counts is None:
+        counts = _count_parameters(arch)
+        _remember(_COUNTS_CACHE, key, counts)
+    return counts
+
+
+def _count_parameters(arch: ModelArchitecture) -> ParamCounts:
     by = dict.fromkeys(CATEGORIES, 0)
     for p in _parts(arch):
         by[p.category] += p.params
@@ -318,7 +392,49 @@ def weight_bytes(
     Quantizable linears use ``scheme.bytes_per_param`` unless the scheme
     skips them (ignore lists, experts-only formats); everything else is
     stored at ``dtype_bytes``.
+
+    Memoised on the architecture's layout and the other arguments: a fit
+    request asks for the same split several times (each recomputed
+    alternative that keeps the parallelism and format). Every caller gets
+    its own ``by_category`` dict.
     """
+    key = (
+        _layout_key(arch),
+        scheme,
+        dtype_bytes,
+        type(dtype_bytes),  # 2 and 2.0 hash alike but sum differently
+        tensor_parallel_size,
+        pipeline_parallel_size,
+        runtime_layout,
+        tuple(mxfp4_alignment),
+    )
+    wb = _WEIGHTS_CACHE.get(key)
+    if wb is None:
+        wb = _weight_bytes(
+            arch,
+            scheme,
+            dtype_bytes,
+            tensor_parallel_size,
+            pipeline_parallel_size,
+            runtime_layout,
+            mxfp4_alignment,
+        )
+        _remember(_WEIGHTS_CACHE, key, wb)
+    return dataclasses.replace(wb, by_category=dict(wb.by_category))
+
+
+_WEIGHTS_CACHE: dict[tuple, WeightBytes] = {}
+
+
+def _weight_bytes(
+    arch: ModelArchitecture,
+    scheme: QuantScheme,
+    dtype_bytes: float,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    runtime_layout: bool,
+    mxfp4_alignment: tuple[int, int],
+) -> WeightBytes:
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     stages = pp_layer_split(arch.num_layers, pp)
     stage_of = {}
