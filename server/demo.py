@@ -9,11 +9,15 @@ Each result is printed with the same rendering the CLI uses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from inferwise.calculators.errors import InputError
 
 
 class DemoConfig(BaseModel):
@@ -29,6 +33,11 @@ class DemoConfig(BaseModel):
     output_tokens: int = Field(default=128, ge=1, le=4096, description="Output length in tokens.")
     ttft_slo_ms: float = Field(default=500, gt=0, description="TTFT p95 target used for goodput and the plan.")
     itl_slo_ms: float = Field(default=50, gt=0, description="ITL p95 target used for goodput and the plan.")
+    target: Literal["sim", "llama.cpp"] = Field(
+        default="sim",
+        description="What the probe measures: the simulated engine, or a real llama.cpp server with a "
+        "random-weight test model on this CPU (needs the binary .ci/prepare-engine builds).",
+    )
     db: str | None = Field(default=None, description="Run database (default: the user's run store).")
     json_output: bool = Field(default=False, description="Print each step's JSON instead of Markdown.")
 
@@ -63,12 +72,37 @@ def _workload(cfg: DemoConfig, measured_rps: float | None) -> dict[str, Any]:
     return workload
 
 
+@contextlib.contextmanager
+def _target(cfg: DemoConfig) -> Iterator[tuple[str, str]]:
+    """The server the probe measures, started for the demo and stopped after it."""
+    if cfg.target == "sim":
+        from inferwise.probes.sim import SimConfig, SimServer
+
+        sim_config = SimConfig(model=cfg.model, gpu=cfg.gpu, served_model_name=cfg.model, port=0)
+        with SimServer(sim_config) as sim:
+            yield sim.base_url, "simulated engine"
+        return
+    import tempfile
+    from pathlib import Path
+
+    from inferwise.probes.llamacpp import LlamaServer, find_llama_server, write_test_model
+
+    binary = find_llama_server()
+    if binary is None:
+        raise InputError(
+            "target", "no llama-server binary is cached; build it once with .ci/prepare-engine (minutes)", "sim"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        model = write_test_model(Path(tmp) / "test-llama.gguf", seed=0)
+        with LlamaServer(model_path=model.path, binary=binary, n_parallel=4) as server:
+            yield server.base_url, "llama.cpp engine (random-weight test model, CPU)"
+
+
 def run_demo(cfg: DemoConfig) -> int:
     from inferwise.calculators.fit import FitRequest, estimate_fit
     from inferwise.calculators.predict import PredictRequest, predict_performance
     from inferwise.knowledge.planning import PlanRequest, plan_experiments
     from inferwise.probes.runner import ProbeRequest, run_probe
-    from inferwise.probes.sim import SimConfig, SimServer
 
     deployment = {"model": cfg.model, "gpu": cfg.gpu}
     sys.stdout.write(
@@ -82,27 +116,26 @@ def run_demo(cfg: DemoConfig) -> int:
           predict_performance(PredictRequest(**deployment, input_tokens=cfg.input_tokens,
                                              output_tokens=cfg.output_tokens, concurrency=cfg.concurrency)),
           cfg.json_output)
-    with SimServer(SimConfig(**deployment, served_model_name=cfg.model, port=0)) as sim:
-        sys.stderr.write(f"simulated engine listening on {sim.base_url}\n")
+    with _target(cfg) as (base_url, what):
+        sys.stderr.write(f"{what} listening on {base_url}\n")
         probe = asyncio.run(
             run_probe(
                 ProbeRequest(
-                    url=sim.base_url,
-                    model=cfg.model,
+                    url=base_url,
+                    model=cfg.model if cfg.target == "sim" else None,
                     concurrency=cfg.concurrency,
                     requests=cfg.requests,
                     warmup_requests=min(2, cfg.requests),
                     input_tokens=cfg.input_tokens,
                     output_tokens=cfg.output_tokens,
                     slo={"ttft_ms": cfg.ttft_slo_ms, "itl_ms": cfg.itl_slo_ms},
-                    label={"demo": "true", "engine": "inferwise-sim", "gpu": cfg.gpu},
+                    label={"demo": "true", "engine": what, **({"gpu": cfg.gpu} if cfg.target == "sim" else {})},
                     db=cfg.db,
                     metrics_interval_s=0.5,
                 )
             )
         )
-    _show(f"3. probe: measured against the simulated engine (run {probe.run_id})", "probe.md.j2", probe,
-          cfg.json_output)
+    _show(f"3. probe: measured against the {what} (run {probe.run_id})", "probe.md.j2", probe, cfg.json_output)
     plan = plan_experiments(
         PlanRequest(workload=json.dumps(_workload(cfg, probe.summary.request_throughput)), run=probe.run_id, db=cfg.db)
     )
