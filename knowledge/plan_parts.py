@@ -127,8 +127,17 @@ def probe_command(a: Analysis, url: str, label: str, rate: float | None = None) 
     parts = ["inferwise probe", url]
     if wl.deployment and wl.deployment.model:
         parts.append(f"--model {wl.deployment.model}")
+    elif a.run and ((a.run.get("config") or {}).get("model")):
+        parts.append(f"--model {a.run['config']['model']}")
+    cfg = ((a.run or {}).get("config") or {}) if a.run else {}
     rate = rate if rate is not None else a.value("traffic.arrival_rate_rps")
-    conc = a.value("traffic.concurrency") or a.value("observations.concurrency")
+    if rate is None and cfg.get("request_rate"):
+        rate = float(cfg["request_rate"])  # reproduce the stored run's load shape
+    conc = (
+        a.value("traffic.concurrency")
+        or (cfg.get("concurrency") if not cfg.get("request_rate") else None)
+        or a.value("observations.concurrency")
+    )
     if a.value("traffic.mode") == "offline" and label not in ("overload",):
         # offline work is measured saturated (closed loop), not at an arrival rate
         parts.append(f"--concurrency {int(conc or a.value('deployment.max_num_seqs') or 256)}")

@@ -264,9 +264,16 @@ def _validation_stage(a: Analysis, url: str, changes: list[Stage]) -> Stage:
     peak = peak_rate(a)
     over = peak * 1.5 if peak else None
     offline = a.value("traffic.mode") == "offline"
+    combined = probe_command(a, url, "combined", rate=peak)
+    where = (
+        "closed loop, GPUs saturated"
+        if offline
+        else "at the peak rate"
+        if "--request-rate" in combined
+        else "at the baseline load"
+    )
     measure = [
-        probe_command(a, url, "combined", rate=peak)
-        + ("   (closed loop, GPUs saturated)" if offline else "   (at the peak rate)"),
+        f"{combined}   ({where})",
         # an offline job has no overload: it is run saturated by design; resumability matters
         "Kill one worker mid-job and check that the job resumes without redoing finished items."
         if offline
@@ -338,8 +345,8 @@ def build_stages(
         middle.append(
             Stage(
                 title="Load sweep to find the knee",
-                variable="offered load (request rate)",
-                change="Raise the request rate step by step on the baseline configuration; nothing else changes.",
+                variable="offered load (request rate or concurrency)",
+                change="Raise the offered load step by step on the baseline configuration; nothing else changes.",
                 measure=[_sweep_command(a, url)],
                 decisive_metric="the rate where goodput stops growing and TTFT p95 crosses its target",
                 expected_tradeoffs=["Overload runs fill queues; run against staging."],
@@ -355,9 +362,16 @@ def build_stages(
 def _sweep_command(a: Analysis, url: str) -> str:
     """A rate sweep around the workload's own rate (0.5x to 2x the peak), or a concurrency
     sweep when no rate is known."""
+    import re
+
     cmd = probe_command(a, url, "sweep")
     peak = peak_rate(a)
     if peak and "--request-rate" in cmd:
         rates = ",".join(f"{peak * f:.3g}" for f in (0.5, 1.0, 1.5, 2.0))
         return cmd.replace("--request-rate", f"--sweep {rates} --request-rate")
+    m = re.search(r"--concurrency (\d+)", cmd)
+    if m:  # closed loop: double the concurrency per point from the known load
+        c = int(m.group(1))
+        sweep = ",".join(str(min(512, c * f)) for f in (1, 2, 4, 8))
+        return cmd.replace(m.group(0), f"--sweep {sweep}")
     return cmd

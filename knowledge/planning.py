@@ -238,6 +238,12 @@ def _rate_baseline(a: Analysis) -> MetricValue:
 # --------------------------------------------------------------------------- entry point
 
 
+def _length_source(a: Analysis) -> str:
+    if a.value("traffic.input_tokens.p50") is not None:
+        return "the workload's p50"
+    return "the stored run's probe settings; state traffic.input_tokens and traffic.output_tokens for production lengths"
+
+
 def _is_greenfield(a: Analysis) -> bool:
     return a.run is None and not any(k.startswith("observations.") for k in a.facts)
 
@@ -288,7 +294,8 @@ def _plan(req: PlanRequest) -> PlanResult:
         hyps = [leading, *[h for h in hyps if h.id != leading.id]]
 
     cands = size_candidates(a) if greenfield else []
-    url = req.url or URL_PLACEHOLDER
+    run_url = ((a.run or {}).get("config") or {}).get("url") if a.run else None
+    url = req.url or run_url or URL_PLACEHOLDER
     stages = build_stages(a, hyps, leading, url, greenfield, cands, req.max_stages)
     targets, baseline = _targets_and_baseline(a)
 
@@ -301,7 +308,7 @@ def _plan(req: PlanRequest) -> PlanResult:
     inp, out = a.value("derived.input_tokens_p50"), a.value("derived.output_tokens_p50")
     if inp and out:
         assumptions.append(
-            f"Sizing and probe commands use input {int(inp)} / output {int(out)} tokens per request (the workload's p50), with the p95 for context length."
+            f"Sizing and probe commands use input {int(inp)} / output {int(out)} tokens per request ({_length_source(a)}), with the p95 for context length."
         )
     if (
         a.workload.deployment

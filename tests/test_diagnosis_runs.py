@@ -132,3 +132,20 @@ def test_sustained_waiting_without_a_known_limit_is_a_lead_not_a_verdict(tmp_pat
     assert "run.metric.slots_full" not in facts
     lead = next(h for h in r.hypotheses if h.id == "queueing")
     assert any("slot limit is not known" in e for e in lead.evidence)
+
+
+def test_a_plan_from_a_healthy_run_reproduces_and_then_raises_its_load(tmp_path):
+    """Plan on the run alone: probe commands go to the run's endpoint at the run's own load
+    (the probe's concurrency, not the mean running count), the sweep raises it, and the
+    lengths are labelled as probe settings rather than the workload's."""
+    from inferwise.knowledge.planning import PlanRequest, plan_experiments
+
+    db = tmp_path / "runs.db"
+    run_id = _store(db, running=[18, 32, 32, 32, 32, 32], waiting=[14, 0, 0, 0, 0, 0])
+    p = plan_experiments(PlanRequest(run=run_id, db=str(db)))
+    assert p.leading_hypothesis is None
+    base = p.stages[0].measure[0]
+    assert base.startswith("inferwise probe http://127.0.0.1:8011 --concurrency 32 ")
+    sweep = next(s for s in p.stages if s.title == "Load sweep to find the knee")
+    assert "--sweep 32,64,128,256" in sweep.measure[0]
+    assert any("stored run's probe settings" in x for x in p.assumptions)
