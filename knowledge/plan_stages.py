@@ -126,6 +126,20 @@ def _playbook_stage(a: Analysis, pb: Any, hyp: str, url: str, engine: str) -> St
     )
 
 
+_ENGINE_GAUGES = {
+    "vllm": "vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc, "
+    "vllm:num_preemptions_total, vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total",
+    "sglang": "sglang:num_queue_reqs, sglang:num_running_reqs, sglang:token_usage, "
+    "sglang:num_retracted_requests_total, sglang:cache_hit_rate",
+    "llama.cpp": "llamacpp:requests_deferred, llamacpp:requests_processing against the --parallel "
+    "slot count, llamacpp:prompt_tokens_total, llamacpp:tokens_predicted_total (start llama-server "
+    "with --metrics)",
+}
+
+
+_OTHER_GAUGES = "the engine's queue length, running requests, KV-cache usage and preemption gauges, by the names in its metrics documentation"
+
+
 def _baseline_stage(a: Analysis, url: str, leading: Hypothesis | None) -> Stage:
     wl = a.workload
     dep = wl.deployment
@@ -142,7 +156,8 @@ def _baseline_stage(a: Analysis, url: str, leading: Hypothesis | None) -> Stage:
     )
     measure = [
         probe_command(a, url, "baseline"),
-        "Repeat the run 3 times to know the run-to-run noise; keep the engine's /metrics scraped alongside (vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc, vllm:num_preemptions_total, vllm:prefix_cache_hits_total).",
+        "Repeat the run 3 times to know the run-to-run noise; keep the engine's /metrics scraped "
+        f"alongside ({_ENGINE_GAUGES.get(engine_of(wl), _OTHER_GAUGES)}).",
         "Run the product quality eval on the same deployment (the reference for every later stage).",
     ]
     if leading is not None:
