@@ -626,15 +626,25 @@ def _capacity_facts(a: Analysis) -> None:
     if peak:
         a.put("derived.peak_over_capacity", peak / cap, "derived")
     rate, queue = a.value("traffic.arrival_rate_rps"), a.value("observations.queue_depth")
-    if rate:
-        a.put("derived.mean_over_capacity", rate / cap, "derived")
-        if rate > cap and queue is not None and queue < 1:
-            # measured beats modelled: a deployment that serves its mean rate without a
-            # queue has more capacity than computed; say so rather than call it saturated
+    sat_all = a.value("derived.saturation_rps")
+    if rate and sat_all:
+        a.put("derived.mean_over_saturation", rate / sat_all, "derived")
+        served = a.value("derived.completed_over_offered")
+        if rate > sat_all and (
+            (queue is not None and queue <= 2) or (served is not None and served >= 0.95)
+        ):
+            # measured beats modelled: past its throughput ceiling a queue grows without
+            # bound, so a deployment serving its mean rate with (almost) no queue has more
+            # capacity than computed; say so rather than call it saturated
             a.assumptions.append(
-                f"The computed capacity ({cap:.3g} req/s, {basis}) is below the mean rate of "
-                f"{rate:g} req/s that the measurements show being served without a queue "
-                f"(queue depth {queue:g}): the calculators underestimate this deployment, so "
+                f"The computed throughput ceiling ({sat_all:.3g} req/s) is below the mean rate of "
+                f"{rate:g} req/s that the measurements show being served "
+                + (
+                    f"with almost no queue (queue depth {queue:g})"
+                    if queue is not None and queue <= 2
+                    else f"in full ({served:.0%} completed)"
+                )
+                + ": the calculators underestimate this deployment, so "
                 "computed capacities here are lower bounds and replica counts upper bounds."
             )
 

@@ -32,3 +32,16 @@ def test_a_deployment_with_nothing_measured_is_told_what_to_measure():
     assert "observations.ttft_ms" in fields
     assert "--request-rate 3 --input-tokens 12000" in fields["observations.ttft_ms"].how_to_measure
     assert any("`inferwise plan` sizes each candidate" in n for n in r.notes)
+
+
+def test_full_measured_throughput_above_the_computed_ceiling_is_not_saturation():
+    """Scenario 08: 12 req/s offered and 12 completed, computed ceiling ~2 req/s. The model
+    is wrong, not the deployment: saturation does not lead, and the output says why."""
+    import json
+
+    sc = json.loads((Path(__file__).parent / "scenarios" / "08_workload_mixing.json").read_text())
+    r = diagnose(DiagnoseRequest(workload=json.dumps(sc["workload"])))
+    assert r.hypotheses[0].id == "workload_mixing"
+    sat = next(h for h in r.hypotheses if h.id == "saturation")
+    assert any("all of the 12 req/s offered" in e for e in sat.counter_evidence)
+    assert any("served in full" in x for x in r.assumptions)
