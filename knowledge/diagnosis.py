@@ -243,6 +243,8 @@ def missing_measurements(
     for h in hypotheses[:3]:
         for field in hyp_guides.get(h.id, {}).get("needs", []):
             wanted.setdefault(field, h.id)
+    if a.value("fit.default_context_fails"):
+        wanted.setdefault("deployment.max_model_len", "")
     if a.value("traffic.mode") == "offline":
         # an offline job is judged by throughput and completion time, not per-token latency
         for field in _INTERACTIVE_ONLY:

@@ -494,6 +494,22 @@ def _calculator_facts(a: Analysis) -> None:
         r = fit.result
         answer = r.get("answer") or {}
         a.put("fit.fits", r.get("fits"), "computed")
+        if (
+            r.get("fits") is False
+            and answer.get("fits")
+            and a.value("deployment.max_model_len") is None
+        ):
+            # vLLM refuses to start when one request of max_model_len does not fit; with the
+            # context left at the model's default that says nothing about the load asked
+            # for, which fits. A deployment that runs must have set a shorter context.
+            a.put("fit.fits", True, "computed", "at the workload's context and concurrency")
+            a.put("fit.default_context_fails", True, "computed", str(r.get("verdict", "")))
+            a.assumptions.append(
+                f"At the model's default max_model_len ({int(r.get('max_model_len') or 0):,} tokens) "
+                f"the engine would not start: {r.get('verdict', '').rstrip('.')}. The workload's "
+                "own load fits; a running deployment must pass a shorter --max-model-len "
+                "(state deployment.max_model_len)."
+            )
         a.put("fit.quantization", r.get("quantization"), "computed", "as the engine would load it")
         if answer.get("max_concurrency_at_context") is not None:
             a.put(

@@ -49,6 +49,15 @@ def size_candidates(a: Analysis) -> list[Candidate]:
             if fit.result:
                 ans = fit.result.get("answer") or {}
                 c.fits = bool(fit.result.get("fits"))
+                if not c.fits and ans.get("fits") and wl.deployment.max_model_len is None:
+                    # only the model's default context fails to start; the load fits
+                    c.fits = True
+                    longest = ans.get("max_context_at_concurrency")
+                    c.notes.append(
+                        "set --max-model-len"
+                        + (f" <= {int(longest):,}" if longest else "")
+                        + f" (the default {int(fit.result.get('max_model_len') or 0):,} does not fit)"
+                    )
                 c.max_concurrency = ans.get(
                     "max_concurrency_at_context", fit.result.get("max_concurrency")
                 )

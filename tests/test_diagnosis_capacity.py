@@ -45,3 +45,27 @@ def test_full_measured_throughput_above_the_computed_ceiling_is_not_saturation()
     sat = next(h for h in r.hypotheses if h.id == "saturation")
     assert any("all of the 12 req/s offered" in e for e in sat.counter_evidence)
     assert any("served in full" in x for x in r.assumptions)
+
+
+def test_a_binding_sequence_cap_with_kv_room_ranks_the_policy_above_saturation():
+    """Scenario 18: --max-num-seqs 8, queue 30, KV 20 %: the cap, not the hardware, is the
+    limit, so batch_policy outranks saturation."""
+    import json
+
+    path = Path(__file__).parent / "scenarios" / "18_batch_policy_low_cap.json"
+    r = diagnose(DiagnoseRequest(workload=json.dumps(json.loads(path.read_text())["workload"])))
+    ids = [h.id for h in r.hypotheses]
+    assert ids.index("batch_policy") < ids.index("saturation")
+
+
+def test_the_default_context_failing_to_start_is_not_a_model_that_does_not_fit():
+    """Scenario 14 runs a 70B model on two H100s without stating max_model_len: at the model's
+    default 131k context vLLM would refuse to start, but the load itself fits. The diagnosis
+    must not claim 'does not fit'; it asks for deployment.max_model_len instead."""
+    import json
+
+    path = Path(__file__).parent / "scenarios" / "14_decode_bandwidth.json"
+    r = diagnose(DiagnoseRequest(workload=json.dumps(json.loads(path.read_text())["workload"])))
+    assert not any("does not fit" in e for h in r.hypotheses for e in h.evidence)
+    assert any("max_model_len" in x for x in r.assumptions)
+    assert "deployment.max_model_len" in {m.field for m in r.missing_measurements}
