@@ -226,6 +226,7 @@ _INTERACTIVE_ONLY = (
     "slo.tpot_ms",
     "observations.ttft_ms",
     "observations.itl_ms",
+    "observations.queue_depth",  # an offline job keeps a queue by design
 )
 
 

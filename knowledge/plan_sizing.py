@@ -78,9 +78,11 @@ def size_candidates(a: Analysis) -> list[Candidate]:
                     bud = run_budget(wl, inp, out, **over)
                     if bud.result:
                         c.max_rate_under_slo = bud.result.get("max_rate_under_slo")
-                        if bud.result.get("feasible") is False:
+                        # the budget puts the whole peak on one replica; missing the SLO there
+                        # is what replicas_needed answers. Only "no rate at all" is news.
+                        if c.max_rate_under_slo == 0:
                             c.notes.append(
-                                f"SLO not met at the design load; binding stage: {bud.result.get('binding')}"
+                                f"no rate meets the SLO on one replica; binding stage: {bud.result.get('binding')} ({bud.result.get('binding_target')})"
                             )
                     else:
                         c.notes += bud.notes

@@ -256,10 +256,21 @@ def _sizing_stage(a: Analysis, cands: list[Candidate]) -> Stage:
         accept.append(
             f"GPUs needed at peak (replicas x TP) <= constraints.max_gpus = {wl.constraints.max_gpus}."
         )
-    if fitting:
-        best = fitting[0]
+    allowed = [c for c in fitting if c.within_max_gpus is not False]
+    if allowed:
+        # the fewest GPUs that carry the peak, then the smaller TP (less communication)
+        best = min(allowed, key=lambda c: (c.gpus_needed or float("inf"), c.tensor_parallel_size))
+        load = (
+            f", {best.replicas_needed} replica(s) = {best.gpus_needed} GPUs at the peak"
+            if best.gpus_needed
+            else ""
+        )
         accept.append(
-            f"Computed so far: {best.gpu} with TP={best.tensor_parallel_size} fits (max concurrency {fmt_value(best.max_concurrency)}); confirm with the baseline."
+            f"Computed so far: {best.gpu} with TP={best.tensor_parallel_size} fits (max concurrency {fmt_value(best.max_concurrency)}{load}); confirm with the baseline."
+        )
+    elif fitting:
+        accept.append(
+            "Computed so far: every candidate that fits needs more GPUs than constraints.max_gpus at the peak; relax a constraint or lower the per-request cost (quantization, shorter prompts) first."
         )
     return Stage(
         title="Size candidate deployments (computed, before any GPU is rented)",

@@ -400,3 +400,15 @@ def test_identical_calculator_questions_are_answered_once_per_call(monkeypatch):
     monkeypatch.setattr(sizing, "calculation_scope", no_memo)
     without = _plan(wl)
     assert with_memo.model_dump() == without.model_dump()
+
+
+def test_the_sizing_stage_recommends_a_candidate_within_max_gpus(plans):
+    """The 'computed so far' pick must respect constraints.max_gpus (offline: L40S TP1 fits but
+    needs 16 GPUs for the rate; an H100 candidate does it within 8)."""
+    for name in ("offline-batch-summarisation", "rag-long-documents"):
+        p = plans[name]
+        line = next(x for x in p.stages[0].acceptance if x.startswith("Computed so far"))
+        m = re.search(r"= (\d+) GPUs at the peak", line)
+        assert m, line
+        assert int(m.group(1)) <= 8, line
+        assert not any("SLO not met at the design load" in n for c in p.sizing for n in c.notes)
