@@ -241,6 +241,8 @@ def missing_measurements(
     for field, entry in catalog.items():
         if baseline_fields and entry.get("always"):
             wanted[field] = ""
+    if baseline_fields and a.value("traffic.arrival_rate_rps") is not None:
+        wanted["observations.requests_per_s"] = ""  # the rate target needs a measured baseline
     for h in hypotheses[:3]:
         for field in hyp_guides.get(h.id, {}).get("needs", []):
             wanted.setdefault(field, h.id)

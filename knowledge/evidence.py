@@ -652,6 +652,7 @@ def _capacity_facts(a: Analysis) -> None:
             # measured beats modelled: past its throughput ceiling a queue grows without
             # bound, so a deployment serving its mean rate with (almost) no queue has more
             # capacity than computed; say so rather than call it saturated
+            a.put("derived.capacity_underestimated", True, "derived", f"mean rate {rate:g} req/s")
             a.assumptions.append(
                 f"The computed throughput ceiling ({sat_all:.3g} req/s) is below the mean rate of "
                 f"{rate:g} req/s that the measurements show being served "

@@ -66,13 +66,17 @@ def knob_lines(pb: Any, engine: str) -> list[Any]:
     mine = [k for k in pb.knobs if k.engine == engine]
     outside = [k for k in pb.knobs if k.engine in _OUTSIDE_ENGINE]
     var = str(pb.variable)
-    outside_first = var.startswith(("gateway", "router"))
-    candidates = (outside + mine if outside_first else mine or outside) or list(pb.knobs[:1])
-    if not candidates:
-        return []
     flag = ""
     if var.startswith("deployment."):
         flag = "--" + var.removeprefix("deployment.").split()[0].replace("_", "-")
+    # variables outside the engine (gateway, router, the application's prompt), or a deployment
+    # field no engine flag names (scale_to_zero), are changed where they live
+    outside_first = var.startswith(("gateway", "router", "application")) or (
+        bool(flag) and not any(flag in k.flag for k in pb.knobs) and bool(outside)
+    )
+    candidates = (outside + mine if outside_first else mine or outside) or list(pb.knobs[:1])
+    if not candidates:
+        return []
     chosen = next((k for k in candidates if flag and flag in k.flag), candidates[0])
     parts = [p.strip() for p in chosen.flag.split(";") if p.strip()]
     if len(parts) > 1:

@@ -206,6 +206,11 @@ def _rate_baseline(a: Analysis) -> MetricValue:
             note=rps.note,
         )
     sat = a.value("derived.saturation_rps")
+    lower = (
+        f"; a lower bound: the deployment already serves the mean {a.value('traffic.arrival_rate_rps'):g} req/s with almost no queue"
+        if a.value("derived.capacity_underestimated")
+        else ""
+    )
     if a.value("derived.no_rate_meets_slo"):
         where = (
             f"; saturation at {fmt_value(sat, 'req/s')} ({a.facts['derived.saturation_rps'].note})"
@@ -216,7 +221,7 @@ def _rate_baseline(a: Analysis) -> MetricValue:
             metric="requests_per_s",
             unit="req/s",
             source="computed",
-            note=f"no rate meets the SLO at this deployment (`inferwise budget` max_rate_under_slo = 0){where}",
+            note=f"no rate meets the SLO at this deployment (`inferwise budget` max_rate_under_slo = 0){where}{lower}",
         )
     cap = a.value("derived.capacity_rps")
     if cap is not None:
@@ -225,7 +230,7 @@ def _rate_baseline(a: Analysis) -> MetricValue:
             value=float(cap),
             unit="req/s",
             source="computed",
-            note=str(a.value("derived.capacity_basis")),
+            note=str(a.value("derived.capacity_basis")) + lower,
         )
     return MetricValue(
         metric="requests_per_s",
