@@ -412,3 +412,22 @@ def test_the_sizing_stage_recommends_a_candidate_within_max_gpus(plans):
         assert m, line
         assert int(m.group(1)) <= 8, line
         assert not any("SLO not met at the design load" in n for c in p.sizing for n in c.notes)
+
+
+def test_each_playbook_stage_changes_one_setting_that_is_its_variable():
+    from inferwise.knowledge.plan_stages import knob_lines
+    from inferwise.knowledge.playbooks import load_playbooks
+
+    for engine in ("vllm", "sglang"):
+        for pb in load_playbooks():
+            knobs = knob_lines(pb, engine)
+            assert len(knobs) == 1, (engine, pb.id)
+            (k,) = knobs
+            assert ";" not in k.flag, (engine, pb.id, k.flag)
+            var = pb.variable
+            if var.startswith("deployment."):
+                flag = "--" + var.removeprefix("deployment.").split()[0].replace("_", "-")
+                if any(flag in x.flag for x in pb.knobs if x.engine == engine):
+                    assert flag in k.flag, (engine, pb.id, k.flag)
+            if var.startswith(("application", "gateway", "router")):
+                assert k.engine not in ("vllm", "sglang"), (engine, pb.id, k.flag)
