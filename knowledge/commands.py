@@ -91,7 +91,13 @@ def concretize(text: str, a: Any, url: str | None = None) -> str:
             parts.append(f"--gpu {gpu}")
         if tp and tp > 1 and "--tensor-parallel-size" not in tail:
             parts.append(f"--tensor-parallel-size {tp}")
-        if m.group(1) != "fit" and inp and out and "--input-tokens" not in tail:
+        if (
+            m.group(1) != "fit"
+            and inp
+            and out
+            and "--input-tokens" not in tail
+            and "--agent-steps" not in tail
+        ):
             parts.append(f"--input-tokens {int(inp)} --output-tokens {int(out)}")
         return " ".join(parts)
 

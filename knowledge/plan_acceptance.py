@@ -40,7 +40,13 @@ def acceptance_criteria(a: Analysis, stages: list[Stage]) -> AcceptanceCriteria:
     )
 
     tail: list[str] = []
+    steps = wl.traffic.agentic_steps if wl.traffic else None
     for m, k, v in slo_items(wl):
+        if steps and m == "e2e_ms":
+            tail.append(
+                f"E2E {k} <= {fmt_value(v, 'ms')} per task of {steps} LLM and tool calls, measured on recorded tasks (tool latency and retries included) and budgeted with `inferwise budget --agent-steps`."
+            )
+            continue
         tail.append(
             f"{m.removesuffix('_ms').upper()} {k} <= {fmt_value(v, 'ms')}, measured client-side by `inferwise probe` with the production prompt mix."
         )
@@ -61,10 +67,6 @@ def acceptance_criteria(a: Analysis, stages: list[Stage]) -> AcceptanceCriteria:
     else:
         tail.append(
             "No latency SLO stated (slo.ttft_ms, slo.itl_ms, slo.e2e_ms): agree the targets first; until then report p50/p95/p99 against the baseline."
-        )
-    if wl.traffic and wl.traffic.agentic_steps:
-        tail.append(
-            f"For agentic flows measure whole tasks ({wl.traffic.agentic_steps} LLM/tool calls each), including tool latency and retries."
         )
 
     rel: list[str] = []

@@ -154,7 +154,12 @@ def probe_command(a: Analysis, url: str, label: str, rate: float | None = None) 
     if shared:
         parts.append(f"--shared-prefix-fraction {shared:g}")
     parts += ["--requests 500", "--warmup-requests 20"]
-    slo = [f"--slo {m}={v:g}" for m, k, v in slo_items(wl) if k in ("p95", "p99")][:3]
+    agentic = bool(wl.traffic and wl.traffic.agentic_steps)
+    slo = [
+        f"--slo {m}={v:g}"
+        for m, k, v in slo_items(wl)
+        if k in ("p95", "p99") and not (agentic and m == "e2e_ms")  # e2e is per task there
+    ][:3]
     parts += slo
     parts.append(f"--label stage={label}")
     return " ".join(parts)

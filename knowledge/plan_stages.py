@@ -86,8 +86,10 @@ def knob_lines(pb: Any, engine: str) -> list[Any]:
 
 
 def _slo_line(a: Analysis) -> str:
+    per_task = " per task" if a.workload.traffic and a.workload.traffic.agentic_steps else ""
     items = [
         f"{m.removesuffix('_ms').upper()} {k} <= {fmt_value(v, 'ms')}"
+        + (per_task if m == "e2e_ms" else "")
         for m, k, v in slo_items(a.workload)
     ]
     peak = peak_rate(a)

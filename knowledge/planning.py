@@ -243,6 +243,32 @@ def _rate_baseline(a: Analysis) -> MetricValue:
 # --------------------------------------------------------------------------- entry point
 
 
+def agentic_note(a: Analysis, steps: int) -> str:
+    """Agentic flows: which targets are per call and which per task, with the budget command
+    that checks the task (an e2e target with agent steps applies to the whole task)."""
+    from inferwise.knowledge.commands import concretize
+
+    e2e = [f"p{k[1:]}={v:g}" for m, k, v in slo_items(a.workload) if m == "e2e_ms"]
+    cmd = concretize(
+        "`inferwise budget --agent-steps @task.json --concurrency 1"
+        + "".join(f" --slo-e2e-ms {x}" for x in e2e)
+        + "`",
+        a,
+    )
+    inp, out = a.value("derived.input_tokens_p50"), a.value("derived.output_tokens_p50")
+    example = (
+        f'[{{"name": "plan", "input_tokens": {int(inp)}, "output_tokens": {int(out)}}}, '
+        '{"name": "search", "kind": "tool", "latency_ms": 300}, ...]'
+        if inp and out
+        else '[{"name": "plan", "input_tokens": ..., "output_tokens": ...}, {"name": "search", "kind": "tool", "latency_ms": ...}, ...]'
+    )
+    return (
+        f"Agentic flow: TTFT/ITL targets and the probe runs here are per LLM call; the E2E target "
+        f"applies to a whole task of {steps} LLM and tool calls, so the probes do not check it. "
+        f"Budget the task with {cmd}, where task.json lists the steps in order, e.g. {example}."
+    )
+
+
 def _length_source(a: Analysis) -> str:
     if a.value("traffic.input_tokens.p50") is not None:
         return "the workload's p50"
@@ -325,11 +351,7 @@ def _plan(req: PlanRequest) -> PlanResult:
             "deployment.tensor_parallel_size is not stated: tensor parallelism 1 is assumed for computations on the stated deployment."
         )
     if wl.traffic is not None and wl.traffic.agentic_steps:
-        assumptions.append(
-            f"Agentic flow: latency targets and probes here are per LLM call; each task makes "
-            f"{wl.traffic.agentic_steps} calls, so budget whole tasks with `inferwise budget` "
-            "--agent-steps (tool latencies and retries included) before accepting."
-        )
+        assumptions.append(agentic_note(a, wl.traffic.agentic_steps))
     if not hyps:
         assumptions.append(
             "No bottleneck hypothesis has evidence yet; the plan establishes the measurements that will produce one."

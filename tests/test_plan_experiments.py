@@ -431,3 +431,17 @@ def test_each_playbook_stage_changes_one_setting_that_is_its_variable():
                     assert flag in k.flag, (engine, pb.id, k.flag)
             if var.startswith(("application", "gateway", "router")):
                 assert k.engine not in ("vllm", "sglang"), (engine, pb.id, k.flag)
+
+
+def test_agentic_e2e_target_is_per_task_not_per_probe_call(plans):
+    """agentic-flow: the E2E target covers a task of 8 calls. Probes (single calls) must not
+    check it; the plan says so and gives the task budget command with the workload's target."""
+    p = plans["agentic-flow"]
+    for s in p.stages:
+        for m in s.measure:
+            if m.startswith("inferwise probe http"):
+                assert "e2e_ms" not in m, m
+    note = next(x for x in p.assumptions if x.startswith("Agentic flow"))
+    assert "--agent-steps @task.json" in note and "--slo-e2e-ms p95=60000" in note
+    assert "--model openai/gpt-oss-120b" in note
+    assert any("per task of 8" in x for x in p.acceptance_criteria.tail_latency)
