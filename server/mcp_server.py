@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import os
 import sys
@@ -163,16 +164,101 @@ def strict_policy_from_env() -> Any:
     return TargetPolicy.from_entries([os.environ.get("INFERWISE_MCP_ALLOW_HOSTS", "")], mode="strict")
 
 
-def build_server(log_level: str = "WARNING") -> Any:
-    """Create the MCPServer with every tool, resource and prompt registered."""
+def _add_tool(server: Any, tool_name: str, op: Operation, policy: Any) -> None:
+    from mcp_types import ToolAnnotations
+
+    server.add_tool(
+        make_tool_function(op, strict_probe_policy=policy),
+        name=tool_name,
+        title=op.title,
+        description=op.description,
+        annotations=ToolAnnotations(
+            title=op.title,
+            read_only_hint=op.read_only,
+            destructive_hint=False,
+            idempotent_hint=op.read_only,
+            open_world_hint=op.open_world,
+        ),
+    )
+
+
+@functools.cache
+def _lazy_server_class() -> type:
+    """MCPServer whose tools are built on first use (see ``mcp_tool_cache``).
+
+    Defined on demand because importing the SDK is most of start-up.
+    """
+    from mcp.server import MCPServer
+    from mcp_types import Tool as MCPTool
+
+    from inferwise.server import mcp_tool_cache
+
+    class LazyToolsServer(MCPServer):
+        """Builds a tool when it is first called; lists from the disk cache while it is current.
+
+        Everything else, and every tool once built, is the SDK's own behaviour.
+        """
+
+        def defer_tools(self, pending: dict[str, Operation], policy: Any) -> None:
+            self._pending = dict(pending)
+            self._policy = policy
+            self._order = list(pending)
+            self._listing_key: str | None = None
+
+        def _build(self, name: str) -> None:
+            op = self._pending.pop(name, None)
+            if op is not None:
+                _add_tool(self, name, op, self._policy)
+
+        def _build_all(self) -> None:
+            for name in list(self._pending):
+                self._build(name)
+
+        async def list_tools(self) -> list[Any]:
+            if self._pending:
+                if self._listing_key is None:
+                    self._listing_key = mcp_tool_cache.fingerprint()
+                stored = mcp_tool_cache.load(self._listing_key)
+                if stored is not None:
+                    return [MCPTool.model_validate(t) for t in stored]
+                self._build_all()
+            rank = {name: i for i, name in enumerate(self._order)}
+            tools = sorted(await super().list_tools(), key=lambda t: rank.get(t.name, len(rank)))
+            if self._listing_key is not None:
+                mcp_tool_cache.store(
+                    self._listing_key,
+                    [t.model_dump(mode="json", by_alias=True, exclude_unset=True) for t in tools],
+                )
+                self._listing_key = None
+            return tools
+
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            self._build(name)
+            return await super().call_tool(name, arguments, context)
+
+        def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
+            self._build(name)
+            return super()._tool_input_schema(name)
+
+    return LazyToolsServer
+
+
+def build_server(log_level: str = "WARNING", lazy_tools: bool = False) -> Any:
+    """Create the MCPServer with every tool, resource and prompt registered.
+
+    ``lazy_tools`` (what stdio uses, where every client session pays the
+    start-up): each tool is built when first called, and ``tools/list`` is
+    answered from the disk cache while it matches the source
+    (``mcp_tool_cache``), so start-up imports no operation's models.
+    """
     from importlib.metadata import version
 
     from mcp.server import MCPServer
-    from mcp_types import ToolAnnotations
 
     from inferwise.server import mcp_content
 
-    server = MCPServer(
+    cls = _lazy_server_class() if lazy_tools else MCPServer
+    server = cls(
         name="inferwise",
         title="inferwise: measured LLM inference advice",
         version=version("inferwise"),
@@ -180,20 +266,11 @@ def build_server(log_level: str = "WARNING") -> Any:
         log_level=log_level,  # type: ignore[arg-type]
     )
     policy = strict_policy_from_env()
-    for tool_name, op in BY_TOOL.items():
-        server.add_tool(
-            make_tool_function(op, strict_probe_policy=policy),
-            name=tool_name,
-            title=op.title,
-            description=op.description,
-            annotations=ToolAnnotations(
-                title=op.title,
-                read_only_hint=op.read_only,
-                destructive_hint=False,
-                idempotent_hint=op.read_only,
-                open_world_hint=op.open_world,
-            ),
-        )
+    if lazy_tools:
+        server.defer_tools(BY_TOOL, policy)
+    else:
+        for tool_name, op in BY_TOOL.items():
+            _add_tool(server, tool_name, op, policy)
     mcp_content.register_resources(server)
     mcp_content.register_prompts(server)
     return server
@@ -254,7 +331,7 @@ def http_app(config: MCPConfig, server: Any = None) -> Any:
 
 def serve(config: MCPConfig) -> int:
     if config.transport == "stdio":
-        build_server(config.log_level).run("stdio")
+        build_server(config.log_level, lazy_tools=True).run("stdio")
         return 0
     import anyio
     import uvicorn
