@@ -84,7 +84,11 @@ def load(key: str) -> list[dict[str, Any]] | None:
         data = json.loads((folder / f"{_PREFIX}{key[:24]}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("fingerprint") != key or not isinstance(data.get("tools"), list):
+    if (
+        not isinstance(data, dict)
+        or data.get("fingerprint") != key
+        or not isinstance(data.get("tools"), list)
+    ):
         return None
     return data["tools"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from functools import lru_cache
 from typing import Any
@@ -26,12 +27,38 @@ def fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
+def _bytecode_cache() -> Any:
+    """Compiled templates kept in the user's cache directory (jinja2 checks each
+    against its source's checksum): compiling the fit template costs more than
+    a fit, and a stdio MCP server or a CLI run starts with none compiled."""
+    import jinja2
+
+    from inferwise.server.mcp_tool_cache import cache_dir
+
+    folder = cache_dir()
+    if folder is None:
+        return None
+    folder = folder / "templates"
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return None
+
+    class _BestEffortCache(jinja2.FileSystemBytecodeCache):
+        def dump_bytecode(self, bucket: Any) -> None:
+            with contextlib.suppress(OSError):  # a full or read-only disk must not fail rendering
+                super().dump_bytecode(bucket)
+
+    return _BestEffortCache(str(folder))
+
+
 @lru_cache(maxsize=1)
 def environment() -> Any:
     import jinja2
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("inferwise.server", "templates"),
+        bytecode_cache=_bytecode_cache(),
         autoescape=False,
         trim_blocks=True,
         lstrip_blocks=True,
