@@ -18,6 +18,7 @@ when the server starts.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import signal
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from copy import copy
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -33,11 +35,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from inferwise.calculators.deployment import Deployment, Dtype, KvCacheDtype
 from inferwise.calculators.errors import InputError, OperationalError
 
-_D = Deployment.model_fields
 
-
-def _desc(name: str, extra: str = "") -> str:
-    return (_D[name].description or "") + extra
+def _as_in_deployment(name: str) -> Any:
+    """`Deployment`'s own field (type bounds, default, help), so the simulated engine's
+    deployment flags cannot drift from `fit`/`predict`'s. Without the CLI aliases
+    (-tp, -pp): `inferwise sim` has never taken them."""
+    info = copy(Deployment.model_fields[name])
+    info.json_schema_extra = None
+    return info
 
 
 class SimConfig(BaseModel):
@@ -69,26 +74,18 @@ class SimConfig(BaseModel):
         description="Model (Hugging Face id from the catalog) whose deployment the engine's step times follow; "
         "needs --gpu. Without it the fixed schedule (--ttft-ms, --itl-ms) applies.",
     )
-    gpu: str | None = Field(default=None, description=_desc("gpu"))
-    gpu_memory_gib: float | None = Field(
-        default=None, gt=0, le=4096, description=_desc("gpu_memory_gib")
-    )
-    tensor_parallel_size: int = Field(
-        default=1, ge=1, le=128, description=_desc("tensor_parallel_size")
-    )
-    gpu_memory_utilization: float = Field(
-        default=0.9, gt=0, le=1, description=_desc("gpu_memory_utilization")
-    )
-    quantization: str | None = Field(default=None, description=_desc("quantization"))
-    pipeline_parallel_size: int = Field(
-        default=1, ge=1, le=128, description=_desc("pipeline_parallel_size")
-    )
-    dtype: Dtype = Field(default="auto", description=_desc("dtype"))
-    kv_cache_dtype: KvCacheDtype = Field(default="auto", description=_desc("kv_cache_dtype"))
-    block_size: int | None = Field(default=None, ge=1, le=1024, description=_desc("block_size"))
-    enforce_eager: bool = Field(default=False, description=_desc("enforce_eager"))
-    engine: Literal["vllm", "sglang"] = Field(default="vllm", description=_desc("engine"))
-    engine_version: str | None = Field(default=None, description=_desc("engine_version"))
+    gpu: str | None = _as_in_deployment("gpu")
+    gpu_memory_gib: float | None = _as_in_deployment("gpu_memory_gib")
+    tensor_parallel_size: int = _as_in_deployment("tensor_parallel_size")
+    gpu_memory_utilization: float = _as_in_deployment("gpu_memory_utilization")
+    quantization: str | None = _as_in_deployment("quantization")
+    pipeline_parallel_size: int = _as_in_deployment("pipeline_parallel_size")
+    dtype: Dtype = _as_in_deployment("dtype")
+    kv_cache_dtype: KvCacheDtype = _as_in_deployment("kv_cache_dtype")
+    block_size: int | None = _as_in_deployment("block_size")
+    enforce_eager: bool = _as_in_deployment("enforce_eager")
+    engine: Literal["vllm", "sglang"] = _as_in_deployment("engine")
+    engine_version: str | None = _as_in_deployment("engine_version")
     max_model_len: int | None = Field(
         default=None,
         ge=16,
@@ -262,22 +259,9 @@ def build_app(config: SimConfig) -> Any:
         batched = int(step.max_num_batched_tokens)
     else:
         timing = FixedTiming(config.ttft_ms, config.itl_ms, config.itl_per_seq_ms)
-    settings = SimSettings(
-        served_model_name=config.served_model_name,
-        strict_model_name=config.strict_model_name,
-        max_model_len=config.max_model_len or 32768,
-        default_max_tokens=config.default_max_tokens,
-        tokens_per_chunk=config.tokens_per_chunk,
-        seed=config.seed,
-        fault_429_rate=config.fault_429_rate,
-        fault_503_rate=config.fault_503_rate,
-        fault_cut_rate=config.fault_cut_rate,
-        fault_stall_rate=config.fault_stall_rate,
-        fault_error_rate=config.fault_error_rate,
-        reasoning_tokens=config.reasoning_tokens,
-        stall_s=config.stall_s,
-        slow_first_byte_ms=config.slow_first_byte_ms,
-    )
+    # SimSettings is the HTTP side's share of SimConfig, under the same names
+    shared = {f.name: getattr(config, f.name) for f in dataclasses.fields(SimSettings)}
+    settings = SimSettings(**{**shared, "max_model_len": config.max_model_len or 32768})
 
     def engine_factory() -> SimEngine:
         return SimEngine(
@@ -468,13 +452,7 @@ class SimServer:
         import httpx
 
         raw = httpx.get(self.base_url + "/sim/send_log", timeout=30).json()
-        out = {}
-        for rid, d in raw.items():
-            chunks = [tuple(c) for c in d.pop("chunks")]
-            entry = SendLogEntry(**d)
-            entry.chunks = chunks  # type: ignore[assignment]
-            out[rid] = entry
-        return out
+        return {rid: SendLogEntry.from_json(d) for rid, d in raw.items()}
 
 
 def _main(argv: list[str]) -> int:

@@ -22,7 +22,7 @@ import random
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from inferwise.probes.sim_engine import SimEngine, chat_prompt_tokens, output_token, tokenize
@@ -53,22 +53,12 @@ class SendLogEntry:
     """When the engine step that produced the first token ended (before the HTTP write)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "request_id": self.request_id,
-            "arrival_s": self.arrival_s,
-            "endpoint": self.endpoint,
-            "stream": self.stream,
-            "status": self.status,
-            "fault": self.fault,
-            "headers_s": self.headers_s,
-            "chunks": [list(c) for c in self.chunks],
-            "end_s": self.end_s,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "finish_reason": self.finish_reason,
-            "admitted_s": self.admitted_s,
-            "engine_first_token_s": self.engine_first_token_s,
-        }
+        return {**asdict(self), "chunks": [list(c) for c in self.chunks]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SendLogEntry:
+        """The inverse of :meth:`to_json` (JSON turned the chunk tuples into lists)."""
+        return cls(**{**data, "chunks": [tuple(c) for c in data["chunks"]]})
 
     @property
     def first_token_s(self) -> float | None:

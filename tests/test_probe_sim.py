@@ -100,3 +100,23 @@ def test_shared_prefix_fraction_shows_up_as_prefix_cache_hits(tmp_path) -> None:
         hits[fraction] = m["prefix_cache_hits"] / m["prefix_cache_queries"]
     assert hits[0.0] < 0.05
     assert 0.5 < hits[0.8] < 0.85  # the first request cannot hit; the others share 80 %
+
+
+def test_sim_deployment_flags_are_the_deployment_fields_of_predict() -> None:
+    """`inferwise sim --gpu ... --tensor-parallel-size ...` accepts exactly what `predict` accepts."""
+    from inferwise.calculators.deployment import Deployment
+    from inferwise.probes.sim import SimConfig
+
+    sim_props = SimConfig.model_json_schema()["properties"]
+    dep_props = Deployment.model_json_schema()["properties"]
+    shared = ["gpu", "gpu_memory_gib", "tensor_parallel_size", "pipeline_parallel_size"]
+    shared += ["gpu_memory_utilization", "quantization", "dtype", "kv_cache_dtype"]
+    shared += ["block_size", "enforce_eager", "engine", "engine_version"]
+    for name in shared:
+        dep = {k: v for k, v in dep_props[name].items() if k != "cli_aliases"}
+        assert sim_props[name] == dep, name
+    assert "cli_aliases" not in sim_props["tensor_parallel_size"]
+    with pytest.raises(ValueError):
+        SimConfig(gpu_memory_gib=0)
+    with pytest.raises(ValueError):
+        SimConfig(tensor_parallel_size=129)
