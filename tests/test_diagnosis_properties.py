@@ -4,6 +4,7 @@ and never reports a measurement the workload did not contain."""
 from __future__ import annotations
 
 import json
+import re
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -83,3 +84,14 @@ def test_any_valid_workload_diagnoses_consistently(wl):
         if f.source == "measured":
             top = f.name.split(".")[1]
             assert top in given_obs, f.name
+    # a missing measurement is never something the file already gives
+    from inferwise.knowledge.workload import get_path, parse_workload
+
+    parsed = parse_workload(wl)
+    for m in r.missing_measurements:
+        assert get_path(parsed, m.field) is None, m.field
+    # quoted evidence never shows an unfilled placeholder
+    unfilled = re.compile(r"(^|[\s(])\?([\s),.x%]|$)")  # rule_engine.render's mark for a gap
+    for h in r.hypotheses:
+        for e in [*h.evidence, *h.counter_evidence]:
+            assert not unfilled.search(e) and "{" not in e, e
