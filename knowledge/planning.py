@@ -36,6 +36,7 @@ from inferwise.knowledge.diagnosis import (
     load_inputs,
     missing_measurements,
     rank,
+    verdict,
 )
 from inferwise.knowledge.evidence import Analysis, analyse
 from inferwise.knowledge.plan_acceptance import acceptance_criteria, facts_to_verify
@@ -98,6 +99,10 @@ class PlanResult(BaseModel):
     targets: list[MetricValue]
     baseline: list[MetricValue] = Field(description="Same metrics as targets, where known.")
     leading_hypothesis: str | None = None
+    summary: str = Field(
+        default="",
+        description="One-paragraph verdict, as in `inferwise diagnose` (says when the measurements show no bottleneck).",
+    )
     hypotheses: list[Hypothesis]
     sizing: list[Candidate] = Field(default_factory=list)
     stages: list[Stage]
@@ -367,6 +372,7 @@ def _plan(req: PlanRequest) -> PlanResult:
         targets=targets,
         baseline=baseline,
         leading_hypothesis=leading.id if leading else None,
+        summary=verdict(a, hyps),
         hypotheses=hyps[:6],
         sizing=cands,
         stages=stages,

@@ -149,3 +149,4 @@ def test_a_plan_from_a_healthy_run_reproduces_and_then_raises_its_load(tmp_path)
     sweep = next(s for s in p.stages if s.title == "Load sweep to find the knee")
     assert "--sweep 32,64,128,256" in sweep.measure[0]
     assert any("stored run's probe settings" in x for x in p.assumptions)
+    assert p.summary.startswith("No bottleneck")  # the same verdict as `inferwise diagnose`
