@@ -14,6 +14,7 @@ timestamps:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -106,3 +107,20 @@ class RequestRecord(BaseModel):
         """Raw gaps between token-bearing chunks, reported beside tokens per chunk."""
         times = self.chunk_times_s
         return [(times[i] - times[i - 1]) * 1000.0 for i in range(1, len(times))]
+
+
+def error_classes(records: Iterable[RequestRecord]) -> list[tuple[str, int, list[str]]]:
+    """The failed requests among `records` as (error class, count, up to three distinct
+    messages), most frequent first: what the probe and `runs show` both report."""
+    counts: dict[str, int] = {}
+    examples: dict[str, list[str]] = {}
+    for r in records:
+        if r.ok:
+            continue
+        cls = r.error_class or "other"
+        counts[cls] = counts.get(cls, 0) + 1
+        seen = examples.setdefault(cls, [])
+        if r.error_message and r.error_message not in seen and len(seen) < 3:
+            seen.append(r.error_message)
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])  # stable: ties keep first-seen order
+    return [(cls, n, examples[cls]) for cls, n in ranked]

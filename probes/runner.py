@@ -22,7 +22,6 @@ import math
 import os
 import platform
 import re
-from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from secrets import token_hex
 from typing import Any, Literal
@@ -30,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from inferwise.calculators.errors import InputError, OperationalError
-from inferwise.probes.records import RequestRecord
+from inferwise.probes.records import RequestRecord, error_classes
 from inferwise.probes.summary import SLO_KEYS, ClientHealth, ProbeSummary
 
 Progress = Callable[[float, float | None, str], Awaitable[None]]
@@ -350,19 +349,8 @@ def _load_words(concurrency: int | None, rate: float | None, burstiness: float) 
 
 
 def _error_counts(records: list[RequestRecord]) -> list[ErrorClassCount]:
-    counts: Counter[str] = Counter()
-    examples: dict[str, list[str]] = defaultdict(list)
-    for r in records:
-        if r.ok:
-            continue
-        cls = r.error_class or "other"
-        counts[cls] += 1
-        msg = r.error_message or ""
-        if msg and msg not in examples[cls] and len(examples[cls]) < 3:
-            examples[cls].append(msg)
     return [
-        ErrorClassCount(error_class=c, count=n, examples=examples[c])
-        for c, n in counts.most_common()
+        ErrorClassCount(error_class=c, count=n, examples=ex) for c, n, ex in error_classes(records)
     ]
 
 

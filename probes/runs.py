@@ -279,20 +279,11 @@ def summarize_server_metrics(points: list[Any]) -> tuple[str | None, list[Server
 
 
 def _error_counts(records: list[Any]) -> list[ErrorCount]:
-    counts: dict[str, int] = {}
-    examples: dict[str, list[str]] = {}
-    for r in records:
-        if r.ok or r.warmup:
-            continue
-        cls = r.error_class or "other"
-        counts[cls] = counts.get(cls, 0) + 1
-        ex = examples.setdefault(cls, [])
-        if r.error_message and r.error_message not in ex and len(ex) < 3:
-            ex.append(r.error_message)
-    return [
-        ErrorCount(error_class=c, count=n, examples=examples[c])
-        for c, n in sorted(counts.items(), key=lambda kv: -kv[1])
-    ]
+    """Errors of the measured requests (warm-up failures are left out)."""
+    from inferwise.probes.records import error_classes
+
+    measured = [r for r in records if not r.warmup]
+    return [ErrorCount(error_class=c, count=n, examples=ex) for c, n, ex in error_classes(measured)]
 
 
 def _recompute(

@@ -106,3 +106,27 @@ def test_unknown_slo_key_is_an_input_error():
 
     with pytest.raises(InputError):
         summarize([rec(0, 0.0, 0.1, [0.01])], slo={"latency": 1.0}, window_s=None)
+
+
+def test_error_classes_rank_by_count_and_keep_three_distinct_messages() -> None:
+    from inferwise.probes.records import error_classes
+
+    def failed(i: int, cls: str | None, msg: str | None) -> RequestRecord:
+        return RequestRecord(index=i, ok=False, start_s=0.0, error_class=cls, error_message=msg)
+
+    records = [
+        failed(0, "http_429", "slow down"),
+        failed(1, "stalled", "a"),
+        failed(2, "stalled", "a"),
+        failed(3, "stalled", "b"),
+        failed(4, "stalled", "c"),
+        failed(5, "stalled", "d"),
+        failed(6, None, None),
+        failed(7, "http_429", "slow down"),
+        rec(8, 0.0, 0.1, [0.01]),
+    ]
+    assert error_classes(records) == [
+        ("stalled", 5, ["a", "b", "c"]),
+        ("http_429", 2, ["slow down"]),
+        ("other", 1, []),
+    ]
