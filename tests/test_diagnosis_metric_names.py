@@ -80,13 +80,14 @@ def _strings(x):
 
 def _printed() -> list[str]:
     out: list[str] = []
-    workloads = [str(p) for p in sorted((ROOT / "examples" / "workloads").glob("*"))]
-    workloads += [
+    examples = [str(p) for p in sorted((ROOT / "examples" / "workloads").glob("*"))]
+    scenarios = [
         json.dumps(json.loads(p.read_text())["workload"])
         for p in sorted((ROOT / "tests" / "scenarios").glob("*.json"))
     ]
-    for wl in workloads:
+    for wl in examples + scenarios:  # every hypothesis guide appears in some diagnosis
         out += list(_strings(diagnose(DiagnoseRequest(workload=wl, limit=24)).model_dump()))
+    for wl in examples:  # plans add stage recipes (playbooks) and the baseline scrape list
         out += list(_strings(plan_experiments(PlanRequest(workload=wl)).model_dump()))
     return out
 
