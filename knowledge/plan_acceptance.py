@@ -77,7 +77,9 @@ def acceptance_criteria(a: Analysis, stages: list[Stage]) -> AcceptanceCriteria:
         )
     if wl.slo and wl.slo.error_rate is not None:
         rel.append(
-            f"Error rate <= {wl.slo.error_rate:.2%} at peak (failed / all requests, by class)."
+            f"Error rate <= {wl.slo.error_rate:.2%} "
+            + ("over the whole job" if a.value("traffic.mode") == "offline" else "at peak")
+            + " (failed / all requests, by class)."
         )
     else:
         rel.append("Error rate at peak stated and met (slo.error_rate is missing).")
