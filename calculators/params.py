@@ -275,6 +275,13 @@ def _remember(cache: dict, key: object, value: object) -> None:
     cache[key] = value
 
 
+def clear_caches() -> None:
+    """Forget the memoised module lists, counts and weight splits (benchmarks
+    use it to time a first request; results never depend on it)."""
+    for cache in (_PARTS_CACHE, _COUNTS_CACHE, _WEIGHTS_CACHE):
+        cache.clear()
+
+
 def _parts(arch: ModelArchitecture) -> tuple[_Part, ...]:
     """The module list, built once per distinct architecture.
 

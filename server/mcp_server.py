@@ -49,6 +49,11 @@ MCP_HIDDEN_FIELDS = frozenset(
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
+INLINE_TOOLS = frozenset({"estimate_memory_fit"})
+"""Synchronous tools fast enough to run on the event loop (about a millisecond;
+tens at most for a first request on an architecture). A registry entry can
+say so itself with ``extra={"inline": True}`` (or False)."""
+
 
 class MCPConfig(BaseModel):
     """How `inferwise mcp` serves."""
@@ -100,6 +105,10 @@ def make_tool_function(op: Operation, strict_probe_policy: Any = None) -> Any:
 
     model = op.input_model
     fields = _exposed_fields(op)
+    # Fast pure calculations run on the event loop: the hop to a worker thread
+    # and back costs more than they do. Anything slow or doing I/O keeps the
+    # thread, so the server stays responsive (progress, cancellation, pings).
+    inline = bool(op.extra.get("inline", op.tool_name in INLINE_TOOLS))
 
     async def tool(**kwargs: Any) -> Any:
         ctx = kwargs.pop("ctx", None)
@@ -122,6 +131,8 @@ def make_tool_function(op: Operation, strict_probe_policy: Any = None) -> Any:
                 if "policy" in params and strict_probe_policy is not None:
                     extra["policy"] = strict_probe_policy
                 result = await op.func(request, **extra)
+            elif inline:
+                result = op.func(request)
             else:
                 import anyio
 
