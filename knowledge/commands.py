@@ -36,16 +36,25 @@ _SHORTHAND = (
 )
 
 
+def _num(x: float) -> str:
+    """A rate as people write it: 3 significant digits, never exponent notation."""
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+
+
 def placeholder_values(a: Any) -> dict[str, str]:
     """Values for the named placeholders of the recipes, from what the workload states or a run
     measured; a placeholder without a value stays as written."""
     out: dict[str, str] = {}
     rate, peak = a.value("traffic.arrival_rate_rps"), a.value("derived.peak_rate_rps")
+    if not rate and a.run is not None:
+        # a closed-loop run has no arrival rate: its achieved throughput is the rate it carried
+        rate = a.value("observations.requests_per_s")
+    peak = peak or rate
     if rate:
-        out["RATE"] = f"{rate:g}"
+        out["RATE"] = _num(rate)
     if peak:
-        out["OVERLOAD_RATE"] = f"{peak * 1.5:.3g}"
-        out["RATE_SWEEP"] = ",".join(f"{peak * f:.3g}" for f in (0.5, 1.0, 1.5, 2.0))
+        out["OVERLOAD_RATE"] = _num(peak * 1.5)
+        out["RATE_SWEEP"] = ",".join(_num(peak * f) for f in (0.5, 1.0, 1.5, 2.0))
     inp, out_t = a.value("derived.input_tokens_p50"), a.value("derived.output_tokens_p50")
     p95 = a.value("derived.input_tokens_p95")
     if inp:
@@ -58,7 +67,7 @@ def placeholder_values(a: Any) -> dict[str, str]:
     # larger of the computed capacity and the stated peak
     rated = max(a.value("derived.capacity_rps") or 0.0, peak or 0.0)
     if rated:
-        out["TWICE_CAPACITY"] = f"{2 * rated:.3g}"
+        out["TWICE_CAPACITY"] = _num(2 * rated)
     conc = a.value("observations.concurrency") or a.value("traffic.concurrency")
     if conc:
         out["CONCURRENCY"] = str(max(1, round(conc)))

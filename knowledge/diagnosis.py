@@ -411,7 +411,7 @@ def _healthy_signs(a: Analysis) -> list[str]:
         )
     kv = a.value("observations.kv_cache_usage")
     if kv is not None and kv < 0.8:
-        out.append(f"KV cache at most {kv:.0%} used")
+        out.append(f"KV cache at most {kv:.0%} used" if kv >= 0.01 else "KV cache under 1 % used")
     pre = a.value("observations.preemptions_per_min")
     if pre is not None and pre == 0:
         out.append("no preemptions")

@@ -7,6 +7,7 @@ room to spare; the same probe against an engine limited to 8 running requests)."
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from inferwise.knowledge.diagnosis import DiagnoseRequest, diagnose
@@ -100,6 +101,10 @@ def test_a_plateau_below_the_probe_load_with_a_standing_queue_is_full_slots(tmp_
     top3 = [h.id for h in r.hypotheses[:3]]
     assert top3[0] == "queueing" and {"saturation", "batch_policy"} <= set(top3)
     assert any("limit of 8 (plateau" in e for e in r.hypotheses[0].evidence)
+    # proof commands go to the run's endpoint at the rate the closed-loop run carried
+    steps = " ".join(s for h in r.hypotheses for s in h.how_to_prove)
+    assert "inferwise probe http://127.0.0.1:8011 --request-rate " in steps
+    assert not re.search(r"\b(URL|RATE|OVERLOAD_RATE|RATE_SWEEP|P50_PROMPT)\b", steps), steps
 
 
 def test_a_stated_limit_decides_full_slots(tmp_path):
