@@ -305,23 +305,27 @@ def _check_bounds(req: ProbeRequest) -> tuple[int | None, float | None]:
             f"{req.duration_s:g} s exceeds the cap of {req.max_duration_s:g} s",
             "raise it with --max-duration-s",
         )
-    conc = [req.concurrency or 1] if req.request_rate is None else []
-    if req.sweep:
-        for v in req.sweep:
-            if not (v > 0):
-                raise InputError("sweep", f"values must be positive, got {v:g}")
-            if req.request_rate is None and v != int(v):
-                raise InputError("sweep", f"concurrency must be a whole number, got {v:g}")
-        if req.request_rate is None:
-            conc = [int(v) for v in req.sweep]
-    for c in conc:
-        if c > req.max_concurrency:
+    for v in req.sweep or []:
+        if not (v > 0):
+            raise InputError("sweep", f"values must be positive, got {v:g}")
+        if req.request_rate is None and v != int(v):
+            raise InputError("sweep", f"concurrency must be a whole number, got {v:g}")
+    for c, _ in _load_points(req):
+        if c is not None and c > req.max_concurrency:
             raise InputError(
                 "concurrency",
                 f"{c} exceeds the cap of {req.max_concurrency} streams",
                 "raise it with --max-concurrency",
             )
     return requests, req.duration_s
+
+
+def _load_points(req: ProbeRequest) -> list[tuple[int | None, float | None]]:
+    """(concurrency, request rate) of each run: the one asked for, or one per sweep value.
+    Exactly one of the pair is set: concurrency for a closed loop, the rate for an open one."""
+    if req.request_rate is not None:
+        return [(None, float(v)) for v in (req.sweep or [req.request_rate])]
+    return [(int(v), None) for v in (req.sweep or [req.concurrency or 1])]
 
 
 def display_url(url: str) -> str:
@@ -366,10 +370,7 @@ async def run_probe(
     from inferwise.probes.prompts import LengthSpec, Workload, load_dataset
     from inferwise.probes.session import (
         ProbeContext,
-        calibrate,
-        discover_model,
         handle_signals,
-        negotiate,
         run_point,
         server_properties,
     )
@@ -400,36 +401,10 @@ async def run_probe(
     stop = asyncio.Event()
     try:
         with handle_signals(stop):
-            if not ctx.model:
-                found, why = await discover_model(ctx)
-                ctx.model = found or "default"
-                if why:
-                    notes.append(why)
-            notes += await negotiate(ctx)
-            calibration = Calibration(note="prompts from the dataset; no calibration needed")
-            if dataset is None or any(r.prompt is None for r in dataset):
-                calibration = (
-                    await calibrate(ctx)
-                    if req.calibrate
-                    else Calibration(note="calibration turned off")
-                )
-            if not req.stream:
-                notes.append(
-                    "streaming off: TTFT equals end-to-end latency and ITL is not measured"
-                )
-            if req.request_rate is not None:
-                points = [(None, float(v)) for v in (req.sweep or [req.request_rate])]
-            else:
-                points = [(int(v), None) for v in (req.sweep or [req.concurrency or 1])]
+            calibration = await _prepare(ctx, dataset, notes)
+            points = _load_points(req)
             labels = {"model": ctx.model, "endpoint": req.endpoint, **req.label}
-            meta = {
-                "client": "inferwise-probe",
-                "tool_version": _version(),
-                "python": platform.python_version(),
-                "host": platform.node(),
-                "calibration": calibration.model_dump(),
-                "target_host": target.host,
-            }
+            meta = _run_meta(calibration, target.host)
             server = await server_properties(ctx)
             if server:
                 meta["server"] = server
@@ -440,18 +415,13 @@ async def run_probe(
             for conc, rate in points:
                 if stop.is_set():
                     break
-                point_labels = dict(labels)
-                if req.sweep:
-                    point_labels["sweep"] = "concurrency" if rate is None else "request_rate"
-                    point_labels["sweep_value"] = f"{conc if rate is None else rate:g}"
-                    point_labels["sweep_id"] = sweep_id
                 run_id, status, summary, records, server, pnotes = await run_point(
                     ctx,
                     concurrency=conc,
                     rate=rate,
                     requests=requests,
                     duration_s=duration_s,
-                    labels=point_labels,
+                    labels=_point_labels(labels, req, conc, rate, sweep_id),
                     meta=meta,
                     progress=progress,
                     stop=stop,
@@ -486,15 +456,9 @@ async def run_probe(
     short = _short_outputs(all_records, workload)
     if short:
         notes.append(short)
-    for s in sweep:
-        where = ""
-        if len(sweep) > 1:
-            where = (
-                f"at {s.request_rate:g} req/s: "
-                if s.request_rate is not None
-                else f"at concurrency {s.concurrency}: "
-            )
-        notes += [where + n for n in s.summary.client_health.notes if where + n not in notes]
+    for note in _client_health_notes(sweep):
+        if note not in notes:
+            notes.append(note)
     completed = sum(1 for r in all_records if r.ok and not r.warmup)
     measured = sum(1 for r in all_records if not r.warmup)
     return ProbeResult(
@@ -519,6 +483,70 @@ async def run_probe(
         db_path=str(store.path),
         all_failed=measured > 0 and completed == 0,
     )
+
+
+async def _prepare(ctx: Any, dataset: list[Any] | None, notes: list[str]) -> Calibration:
+    """Before the first measured request: name the model, learn which extra request fields
+    the server accepts, fit synthetic prompt lengths to its tokenizer. Adds what the user
+    should know to `notes`."""
+    from inferwise.probes.session import calibrate, discover_model, negotiate
+
+    req = ctx.req
+    if not ctx.model:
+        found, why = await discover_model(ctx)
+        ctx.model = found or "default"
+        if why:
+            notes.append(why)
+    notes += await negotiate(ctx)
+    calibration = Calibration(note="prompts from the dataset; no calibration needed")
+    if dataset is None or any(r.prompt is None for r in dataset):
+        calibration = (
+            await calibrate(ctx) if req.calibrate else Calibration(note="calibration turned off")
+        )
+    if not req.stream:
+        notes.append("streaming off: TTFT equals end-to-end latency and ITL is not measured")
+    return calibration
+
+
+def _run_meta(calibration: Calibration, target_host: str) -> dict[str, Any]:
+    """What a stored run says about the client that measured it."""
+    return {
+        "client": "inferwise-probe",
+        "tool_version": _version(),
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "calibration": calibration.model_dump(),
+        "target_host": target_host,
+    }
+
+
+def _point_labels(
+    labels: dict[str, str], req: ProbeRequest, conc: int | None, rate: float | None, sweep_id: str
+) -> dict[str, str]:
+    """A run's labels; a sweep's runs also name the swept variable, its value and the sweep."""
+    if not req.sweep:
+        return dict(labels)
+    return {
+        **labels,
+        "sweep": "concurrency" if rate is None else "request_rate",
+        "sweep_value": f"{conc if rate is None else rate:g}",
+        "sweep_id": sweep_id,
+    }
+
+
+def _client_health_notes(sweep: list[SweepPoint]) -> list[str]:
+    """Each run's client-health notes, prefixed with the point they belong to in a sweep."""
+    out: list[str] = []
+    for s in sweep:
+        where = ""
+        if len(sweep) > 1:
+            where = (
+                f"at {s.request_rate:g} req/s: "
+                if s.request_rate is not None
+                else f"at concurrency {s.concurrency}: "
+            )
+        out += [where + n for n in s.summary.client_health.notes]
+    return out
 
 
 def _short_outputs(records: list[RequestRecord], workload: Any) -> str | None:
