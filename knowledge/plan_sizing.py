@@ -81,15 +81,27 @@ def size_candidates(a: Analysis) -> list[Candidate]:
                         # the budget puts the whole peak on one replica; missing the SLO there
                         # is what replicas_needed answers. Only "no rate at all" is news.
                         if c.max_rate_under_slo == 0:
-                            c.notes.append(
-                                f"no rate meets the SLO on one replica; binding stage: {bud.result.get('binding')} ({bud.result.get('binding_target')})"
+                            why = next(
+                                (
+                                    w.split(": ", 1)[-1]
+                                    for w in bud.result.get("warnings") or []
+                                    if "no load meets" in w
+                                ),
+                                "even a lightly loaded replica misses a target",
                             )
+                            c.notes.append(f"no rate meets the SLO on one replica: {why}")
                     else:
                         c.notes += bud.notes
-            capacity = c.max_rate_under_slo or c.saturation_requests_per_s
+            # no rate meets the SLO on one replica: more replicas cannot fix a per-request
+            # latency, so there is no replica count to give (the table says "none")
+            capacity = (
+                None
+                if c.max_rate_under_slo == 0
+                else c.max_rate_under_slo or c.saturation_requests_per_s
+            )
             if capacity and peak:
                 c.replicas_needed = max(1, math.ceil(peak / capacity))
-                if not c.max_rate_under_slo:
+                if c.max_rate_under_slo is None:
                     c.notes.append(
                         "replicas from the saturation throughput (no SLO check): a lower bound"
                     )

@@ -263,7 +263,11 @@ def _sizing_stage(a: Analysis, cands: list[Candidate]) -> Stage:
             f"GPUs needed at peak (replicas x TP) <= constraints.max_gpus = {wl.constraints.max_gpus}."
         )
     allowed = [c for c in fitting if c.within_max_gpus is not False]
-    if allowed:
+    if fitting and wl.slo is not None and all(c.max_rate_under_slo == 0 for c in fitting):
+        accept.append(
+            "Computed so far: no candidate meets the SLO even lightly loaded (max rate under the SLO is none for all); relax a target or cut per-request latency first (shorter prompts, prefix caching, a faster GPU or a smaller model)."
+        )
+    elif allowed:
         # the fewest GPUs that carry the peak, then the smaller TP (less communication)
         best = min(allowed, key=lambda c: (c.gpus_needed or float("inf"), c.tensor_parallel_size))
         load = (

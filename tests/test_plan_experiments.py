@@ -445,3 +445,30 @@ def test_agentic_e2e_target_is_per_task_not_per_probe_call(plans):
     assert "--agent-steps @task.json" in note and "--slo-e2e-ms p95=60000" in note
     assert "--model openai/gpt-oss-120b" in note
     assert any("per task of 8" in x for x in p.acceptance_criteria.tail_latency)
+
+
+def test_sizing_never_turns_no_rate_meets_the_slo_into_a_replica_count():
+    """Sibling of the 0 req/s baseline: a candidate where no rate meets the SLO has no replica
+    count (more replicas cannot fix a per-request latency), shows 'none' in the table, and the
+    sizing stage says no candidate meets the SLO rather than recommending one."""
+    from inferwise.server.render import render
+
+    wl = {
+        "traffic": {
+            "arrival_rate_rps": 10,
+            "input_tokens": {"p50": 3000, "p95": 9000},
+            "output_tokens": {"p50": 300},
+        },
+        "slo": {"ttft_ms": {"p95": 100}},
+        "constraints": {"gpus": ["l40s", "h100-sxm-80gb"], "max_gpus": 8},
+        "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
+    }
+    p = _plan(wl)
+    assert p.sizing and all(c.max_rate_under_slo == 0 for c in p.sizing if c.fits)
+    for c in p.sizing:
+        if c.fits:
+            assert c.replicas_needed is None and c.gpus_needed is None
+            assert any("no rate meets the SLO on one replica" in n for n in c.notes)
+    assert any("no candidate meets the SLO" in x for x in p.stages[0].acceptance)
+    md = render("plan.md.j2", p)
+    assert "| none |" in md and "| 0.00 |" not in md
