@@ -22,6 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from inferwise.calculators.errors import InputError
 from inferwise.probes.summary import ProbeSummary
 
+
+def _run_id_field() -> Any:
+    return Field(
+        description="Run id from `runs list` (a unique prefix or `latest` works too).",
+        min_length=1,
+        json_schema_extra={"cli_positional": True},
+    )
+
+
 _DB_DESC = "Run database file (default: $INFERWISE_DB or the user's data dir, ~/.local/share/inferwise/runs.db)."
 
 
@@ -159,11 +168,7 @@ def list_runs(req: ListRunsRequest) -> ListRunsResult:
 class ShowRunRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    run_id: str = Field(
-        description="Run id from `runs list` (a unique prefix or `latest` works too).",
-        min_length=1,
-        json_schema_extra={"cli_positional": True},
-    )
+    run_id: str = _run_id_field()
     slo: dict[str, float] | None = Field(
         default=None,
         description="SLO targets in ms to judge goodput by (keys ttft_ms, itl_ms, tpot_ms, e2e_ms); default: the run's own.",
@@ -458,22 +463,15 @@ class _RunData:
     """A run's measured requests, split the way summarize() splits them."""
 
     def __init__(self, run: Any, records: list[Any], slo: dict[str, float] | None):
-        self.run = run
-        ordered = sorted(records, key=lambda r: (r.start_s, r.index))
-        cold = ordered[0] if ordered else None
-        measured = [r for r in ordered if not r.warmup]
-        warm = [r for r in measured if r is not cold] or measured
-        self.ok = [r for r in measured if r.ok]
-        self.ok_warm = [r for r in warm if r.ok]
-        self.measured = measured
-        from inferwise.probes.summary import summarize
+        from inferwise.probes.summary import measured_window, split_records, summarize
 
+        self.run = run
+        split = split_records(records)
+        self.ok = split.ok
+        self.ok_warm = split.ok_warm
+        self.measured = split.measured
         self.summary = summarize(records, slo=slo or None)
-        starts = [r.start_s for r in measured]
-        ends = [r.end_s for r in measured if r.end_s is not None]
-        self.window = (
-            (min(starts), max(ends)) if starts and ends and max(ends) > min(starts) else None
-        )
+        self.window = measured_window(self.measured)
 
     def latency(self, metric: str) -> tuple[Any, list[float]]:
         """(Samples for the percentile bootstrap, per-request values for the rank test)."""
@@ -537,22 +535,16 @@ def _compare_pair(
         c_dist = getattr(cand.summary, metric)
         for q in _PERCENTILES:
             stat = f"p{int(q)}"
-            bv, cv = getattr(b_dist, stat), getattr(c_dist, stat)
-            change = _change_pct(bv, cv)
-            ci = cis.get(q)
             out.append(
-                MetricComparison(
-                    metric=metric,
-                    statistic=stat,
-                    unit="ms",
-                    higher_is_better=False,
-                    baseline=bv,
-                    candidate=cv,
-                    change_pct=change,
-                    diff_ci_low=ci.low if ci else None,
-                    diff_ci_high=ci.high if ci else None,
+                _comparison(
+                    metric,
+                    stat,
+                    "ms",
+                    (getattr(b_dist, stat), getattr(c_dist, stat)),
+                    ci=cis.get(q),
                     p_value=p,
-                    verdict=_verdict(ci, change, False, req.min_change_pct),
+                    higher_is_better=False,
+                    min_change_pct=req.min_change_pct,
                 )
             )
 
@@ -575,13 +567,6 @@ def _compare_pair(
         per_second.append(("goodput", "requests/s"))
     for k, (metric, unit) in enumerate(per_second):
         b_rates, c_rates = rates(base, metric), rates(cand, metric)
-        if metric == "goodput":
-            from inferwise.probes.summary import summarize
-
-            bv = summarize(base.measured, slo=slo).goodput
-            cv = summarize(cand.measured, slo=slo).goodput
-        else:
-            bv, cv = getattr(base.summary, metric), getattr(cand.summary, metric)
         ci = bootstrap_mean_diff(
             b_rates,
             c_rates,
@@ -589,23 +574,50 @@ def _compare_pair(
             confidence=req.confidence,
             seed=req.seed + 100 + k,
         )
-        change = _change_pct(bv, cv)
         out.append(
-            MetricComparison(
-                metric=metric,
-                statistic="rate",
-                unit=unit,
-                higher_is_better=True,
-                baseline=bv,
-                candidate=cv,
-                change_pct=change,
-                diff_ci_low=ci.low if ci else None,
-                diff_ci_high=ci.high if ci else None,
+            _comparison(
+                metric,
+                "rate",
+                unit,
+                # both summaries were taken with this slo, so goodput is among them
+                (getattr(base.summary, metric), getattr(cand.summary, metric)),
+                ci=ci,
                 p_value=mann_whitney_p(b_rates, c_rates),
-                verdict=_verdict(ci, change, True, req.min_change_pct),
+                higher_is_better=True,
+                min_change_pct=req.min_change_pct,
             )
         )
     return out
+
+
+def _comparison(
+    metric: str,
+    statistic: str,
+    unit: str,
+    values: tuple[float | None, float | None],
+    *,
+    ci: Any,
+    p_value: float | None,
+    higher_is_better: bool,
+    min_change_pct: float,
+) -> MetricComparison:
+    """One row of a comparison: baseline and candidate `values`, the interval `ci` of
+    candidate - baseline (None when it could not be computed), and the verdict they give."""
+    bv, cv = values
+    change = _change_pct(bv, cv)
+    return MetricComparison(
+        metric=metric,
+        statistic=statistic,
+        unit=unit,
+        higher_is_better=higher_is_better,
+        baseline=bv,
+        candidate=cv,
+        change_pct=change,
+        diff_ci_low=ci.low if ci else None,
+        diff_ci_high=ci.high if ci else None,
+        p_value=p_value,
+        verdict=_verdict(ci, change, higher_is_better, min_change_pct),
+    )
 
 
 def _diff(
@@ -682,11 +694,7 @@ def compare_runs(req: CompareRunsRequest) -> CompareRunsResult:
 class ExportRunRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    run_id: str = Field(
-        description="Run id from `runs list` (a unique prefix or `latest` works too).",
-        min_length=1,
-        json_schema_extra={"cli_positional": True},
-    )
+    run_id: str = _run_id_field()
     format: Literal["jsonl", "csv"] = Field(
         default="jsonl", description="One JSON object per line, or CSV with a header."
     )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -229,6 +230,44 @@ def client_health(
     )
 
 
+@dataclass(frozen=True)
+class RecordSplit:
+    """A run's records as every figure takes them (the rules in the module docstring):
+    `measured` leaves warm-up out, `warm` also the cold first request (unless it is the
+    only one), `ok` and `ok_warm` keep the successful ones."""
+
+    ordered: list[RequestRecord]
+    cold: RequestRecord | None
+    measured: list[RequestRecord]
+    warm: list[RequestRecord]
+    ok: list[RequestRecord]
+    ok_warm: list[RequestRecord]
+
+
+def split_records(records: Iterable[RequestRecord]) -> RecordSplit:
+    ordered = sorted(records, key=lambda r: (r.start_s, r.index))
+    cold = ordered[0] if ordered else None
+    measured = [r for r in ordered if not r.warmup]
+    warm = [r for r in measured if r is not cold] or measured
+    return RecordSplit(
+        ordered=ordered,
+        cold=cold,
+        measured=measured,
+        warm=warm,
+        ok=[r for r in measured if r.ok],
+        ok_warm=[r for r in warm if r.ok],
+    )
+
+
+def measured_window(measured: Sequence[RequestRecord]) -> tuple[float, float] | None:
+    """(first start, last end) of the measured requests; None when it has no length."""
+    starts = [r.start_s for r in measured]
+    ends = [r.end_s for r in measured if r.end_s is not None]
+    if starts and ends and max(ends) > min(starts):
+        return min(starts), max(ends)
+    return None
+
+
 def summarize(
     records: list[RequestRecord],
     *,
@@ -245,18 +284,14 @@ def summarize(
             from inferwise.calculators.errors import InputError
 
             raise InputError("slo", f"unknown SLO key(s) {', '.join(unknown)}", ", ".join(SLO_KEYS))
-    ordered = sorted(records, key=lambda r: (r.start_s, r.index))
-    cold_rec = ordered[0] if ordered else None
-    measured = [r for r in ordered if not r.warmup]
-    warm = [r for r in measured if r is not cold_rec] or measured
-    ok = [r for r in measured if r.ok]
-    ok_warm = [r for r in warm if r.ok]
+    split = split_records(records)
+    ordered, cold_rec, measured = split.ordered, split.cold, split.measured
+    ok, ok_warm = split.ok, split.ok_warm
     failed = [r for r in measured if not r.ok]
 
-    if window_s is None and measured:
-        start = min(r.start_s for r in measured)
-        end = max((r.end_s for r in measured if r.end_s is not None), default=None)
-        window_s = (end - start) if end is not None and end > start else None
+    if window_s is None:
+        window = measured_window(measured)
+        window_s = window[1] - window[0] if window else None
 
     def rate(x: float) -> float | None:
         return x / window_s if window_s else None
