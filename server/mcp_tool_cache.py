@@ -100,7 +100,7 @@ def store(key: str, tools: list[dict[str, Any]]) -> None:
         return
     target = folder / f"{_PREFIX}{key[:24]}.json"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"fingerprint": key, "tools": tools}), encoding="utf-8")
         os.replace(tmp, target)

@@ -33,13 +33,13 @@ def cache(tmp_path, monkeypatch):
     return folder
 
 
-def _session(server, *steps):
+def _session(server, *steps, mode="legacy"):
     """Run (method, args) steps in one in-memory client session; return their results."""
     from mcp.client import Client
 
     async def go():
         out = []
-        async with Client(server, mode="legacy") as client:
+        async with Client(server, mode=mode) as client:
             for method, args in steps:
                 if method == "list":
                     out.append(
@@ -109,14 +109,15 @@ def test_no_usable_cache_directory_still_serves_and_renders(tmp_path, monkeypatc
     assert result.content[0].text.startswith("## Memory fit")
 
 
-def test_lazy_tools_answer_and_refuse_like_eager_ones(cache) -> None:
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_lazy_tools_answer_and_refuse_like_eager_ones(cache, mode) -> None:
     steps = [
         ("estimate_memory_fit", FIT),
         ("estimate_memory_fit", {**FIT, "tensor_parallel_size": 3}),
         ("no_such_tool", {}),
     ]
-    eager = _session(mcp_server.build_server(), *steps)
-    lazy = _session(mcp_server.build_server(lazy_tools=True), *steps)
+    eager = _session(mcp_server.build_server(), *steps, mode=mode)
+    lazy = _session(mcp_server.build_server(lazy_tools=True), *steps, mode=mode)
     for a, b in zip(eager, lazy, strict=True):
         assert a.is_error == b.is_error
         assert a.structured_content == b.structured_content
