@@ -594,9 +594,33 @@ def _calculator_facts(a: Analysis) -> None:
         if budget.result:
             max_rate = budget.result.get("max_rate_under_slo")
             a.put("budget.max_rate_under_slo", max_rate, "computed")
+            if max_rate == 0:
+                _idle_misses(a, inp, out)
             a.put("budget.binding", budget.result.get("binding"), "computed")
             a.put("budget.feasible", budget.result.get("feasible"), "computed")
     _capacity_facts(a)
+
+
+def _idle_misses(a: Analysis, inp: float, out: float) -> None:
+    """When no rate meets the SLO, which targets a lightly loaded replica already misses (the
+    budget at a trickle of load): the part of the SLO that more replicas cannot buy."""
+    idle = run_budget(a.workload, inp, out, idle=True)
+    missed = [
+        f"{c['metric'].removesuffix('_ms').upper()} {c['percentile']} "
+        f"{c['predicted_ms']:,.0f} ms > {c['target_ms']:,.0f} ms"
+        for c in (idle.result or {}).get("checks", [])
+        if not c.get("met")
+    ]
+    if missed:
+        a.put(
+            "derived.idle_misses", "; ".join(missed), "computed", "inferwise budget at 0.01 req/s"
+        )
+        a.put("derived.idle_misses_ttft", any(m.startswith("TTFT") for m in missed), "computed")
+        a.put(
+            "derived.idle_misses_decode",
+            any(m.startswith(("ITL", "TPOT", "E2E")) for m in missed),
+            "computed",
+        )
 
 
 def _capacity_facts(a: Analysis) -> None:

@@ -207,17 +207,24 @@ def run_predict(
 
 
 def run_budget(
-    workload: Workload, input_tokens: float, output_tokens: float, **override: Any
+    workload: Workload,
+    input_tokens: float,
+    output_tokens: float,
+    idle: bool = False,
+    **override: Any,
 ) -> CalcOutcome:
-    """The latency budget for the workload's SLOs at its mean rate and peak factor."""
+    """The latency budget for the workload's SLOs at its mean rate and peak factor; with
+    ``idle``, at a trickle of load instead (which targets a lightly loaded replica misses)."""
     kwargs = deployment_kwargs(workload, **override)
     kwargs["input_tokens"] = max(1, int(round(input_tokens)))
     kwargs["output_tokens"] = max(1, int(round(output_tokens)))
     t = workload.traffic
+    if idle:
+        kwargs["request_rate"] = 0.01
     if t is not None:
-        if t.arrival_rate_rps:
+        if t.arrival_rate_rps and not idle:
             kwargs["request_rate"] = t.arrival_rate_rps
-        if t.peak_to_mean:
+        if t.peak_to_mean and not idle:
             kwargs["peak_to_mean"] = t.peak_to_mean
         for name, dist in (
             ("input_tokens_p95", t.input_tokens),

@@ -69,3 +69,20 @@ def test_the_default_context_failing_to_start_is_not_a_model_that_does_not_fit()
     assert not any("does not fit" in e for h in r.hypotheses for e in h.evidence)
     assert any("max_model_len" in x for x in r.assumptions)
     assert "deployment.max_model_len" in {m.field for m in r.missing_measurements}
+
+
+def test_no_rate_meets_the_slo_names_the_target_an_idle_replica_misses():
+    """support-chat's E2E p95 target (15 s) cannot hold for 800-token answers even on an idle
+    replica; code-assistant's TTFT p95 (400 ms) cannot for 9,000-token prompts. The diagnosis
+    says which target and ties it to decode or prefill, instead of a generic 'too slow'."""
+    sc = diagnose(DiagnoseRequest(workload=str(EXAMPLES / "support-chat.json"), limit=24))
+    facts = {f.name: f.value for f in sc.facts}
+    assert "E2E p95" in facts["derived.idle_misses"] and facts["derived.idle_misses_decode"]
+    big = next(h for h in sc.hypotheses if h.id == "model_too_large")
+    assert any("misses a decode-bound target" in e for e in big.evidence)
+
+    ca = diagnose(DiagnoseRequest(workload=str(EXAMPLES / "code-assistant.json"), limit=24))
+    facts = {f.name: f.value for f in ca.facts}
+    assert "TTFT p95" in facts["derived.idle_misses"] and facts["derived.idle_misses_ttft"]
+    pre = next(h for h in ca.hypotheses if h.id == "prefill_compute")
+    assert any("misses the TTFT target" in e for e in pre.evidence)
