@@ -30,7 +30,6 @@ Stdlib only at module level; ``step_ms_array`` imports numpy when called.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -234,15 +233,18 @@ class StepModel:
         nbytes = weight_bytes / tp + kv_bytes
         bw = hw.bandwidth_gb_per_s * 1e9
         memory_ms = (weight_bytes / tp / e.bandwidth_fraction + kv_bytes / e.kv_fraction) / bw * 1e3
-        # Tensor parallel: two all-reduces per layer of tokens x hidden activations (ring).
+        # Communication moves tokens x hidden activations over the GPU link, each transfer
+        # paying a fixed latency: tensor parallel does two ring all-reduces per layer,
+        # pipeline parallel one hop per stage boundary.
+        msg = tokens * s.hidden_size * s.activation_bytes
+        link = hw.link_gb_per_s * 1e9 * e.link_fraction
+        latency_s = e.allreduce_latency_us * 1e-6
         comm_ms = 0.0 * tokens
         if tp > 1:
-            msg = tokens * s.hidden_size * s.activation_bytes
-            ring = 2.0 * (tp - 1) / tp * msg / (hw.link_gb_per_s * 1e9 * e.link_fraction)
-            comm_ms = 2 * s.num_layers * (e.allreduce_latency_us * 1e-6 + ring) * 1e3
+            ring = 2.0 * (tp - 1) / tp * msg / link
+            comm_ms = 2 * s.num_layers * (latency_s + ring) * 1e3
         if self.pipeline_parallel_size > 1:
-            msg = tokens * s.hidden_size * s.activation_bytes
-            hop = e.allreduce_latency_us * 1e-6 + msg / (hw.link_gb_per_s * 1e9 * e.link_fraction)
+            hop = latency_s + msg / link
             comm_ms = comm_ms + (self.pipeline_parallel_size - 1) * hop * 1e3
         overhead = e.step_overhead_ms * (e.eager_overhead_factor if self.enforce_eager else 1.0)
         layers_ms = e.per_layer_overhead_us * 1e-3 * s.num_layers
@@ -339,7 +341,11 @@ class StepModel:
         """
         if efficiency is not None:
             return _build_step_model(dep, efficiency)
-        return _cached_step_model(dep.model_dump_json())
+        from .deployment import Deployment
+
+        # keyed by the deployment alone: predict's and budget's requests are Deployments
+        # with workload fields added, which the step model does not depend on
+        return _cached_step_model(dep.model_dump_json(include=set(Deployment.model_fields)))
 
 
 def dense_shape(
@@ -427,11 +433,7 @@ def _cached_step_model(dep_json: str) -> StepModel:
     the same deployment (an MCP session, a rate search) reuse them."""
     from .deployment import Deployment
 
-    data = json.loads(dep_json)
-    return _build_step_model(
-        Deployment.model_validate({k: v for k, v in data.items() if k in Deployment.model_fields}),
-        None,
-    )
+    return _build_step_model(Deployment.model_validate_json(dep_json), None)
 
 
 def compute_dtype(scheme: Any, gpu: Any) -> tuple[str, str]:
@@ -533,10 +535,10 @@ def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[
         dep.pipeline_parallel_size,
         dtype_bytes,
     )
-    from .deployment import Deployment as _Deployment
+    from .deployment import Deployment
     from .fit import FitRequest
 
-    fields = {k: getattr(dep, k) for k in _Deployment.model_fields}
+    fields = {k: getattr(dep, k) for k in Deployment.model_fields}
     fit = _fit_without_suggestions(FitRequest(**fields))
     if not fit.fits or not fit.kv_cache_tokens:
         verdict = str(getattr(fit, "verdict", "") or "").rstrip(".")
@@ -546,15 +548,13 @@ def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[
             + (f" ({verdict})" if verdict else "")
             + "; run `inferwise fit` with the same flags for options that make it fit",
         )
-    tokens = int(fit.kv_cache_tokens)
-    notes: list[str] = []
     seqs, batched = engine_limits(dep, fit, gpu)
     return {
-        "kv_cache_tokens": tokens,
+        "kv_cache_tokens": int(fit.kv_cache_tokens),
         "kv_bytes_per_token": float(kv.total),
         "max_num_seqs": seqs,
         "max_num_batched_tokens": batched,
-        "notes": notes + list(kv.notes),
+        "notes": list(kv.notes),
     }
 
 

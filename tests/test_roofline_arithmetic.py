@@ -266,3 +266,15 @@ def test_bound_names_the_largest_term():
     )
     assert slow_link.breakdown(0, 1, 0).bound == "communication"
     assert math.isfinite(slow_link.step_ms(0, 1, 0))
+
+
+def test_step_model_is_shared_by_requests_with_the_same_deployment() -> None:
+    """predict/budget requests differing only in workload reuse one step model (MCP sessions)."""
+    from inferwise.calculators.predict import PredictRequest
+
+    dep = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100"}
+    a = StepModel.from_deployment(PredictRequest(**dep, input_tokens=100))
+    b = StepModel.from_deployment(PredictRequest(**dep, input_tokens=2000, concurrency=4))
+    c = StepModel.from_deployment(PredictRequest(**dep, tensor_parallel_size=2))
+    assert a is b
+    assert c is not a and c.tensor_parallel_size == 2
