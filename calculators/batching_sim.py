@@ -141,8 +141,7 @@ def simulate(
     computed = [0] * n  # tokens in KV for prefilling requests
     to_prefill = [0] * n  # prompt tokens still to compute (grows after preemption)
     generated = [0] * n
-    # Decode-phase requests: finish at decode tick; context = base + tick.
-    finish_tick = [0] * n
+    # Decode-phase requests: finish at a decode tick (kept in decode_heap); context = base + tick.
     ctx_base = [0] * n
     version = [0] * n
     tick = 0
@@ -180,6 +179,19 @@ def simulate(
         finished += 1
         order.remove(i)
         release_next(now)
+
+    def retire_decodes(now: float) -> None:
+        """Finish the decodes whose last token came at this tick (stale heap entries of
+        preempted requests carry an old version and are dropped)."""
+        nonlocal sum_ctx_base, kv_used
+        while decode_heap and decode_heap[0][0] <= tick:
+            _, ver, i = heapq.heappop(decode_heap)
+            if i in decoding and version[i] == ver:
+                decoding.discard(i)
+                sum_ctx_base -= ctx_base[i]
+                kv_used -= ctx_base[i] + tick
+                generated[i] = outl[i]
+                finish(i, now)
 
     while finished + rejected < n and steps < max_steps:
         # Arrivals up to now join the queue.
@@ -301,14 +313,7 @@ def simulate(
             kv_used += d * k
             peak_kv = max(peak_kv, kv_used + reserved)
             t = end_t
-            while decode_heap and decode_heap[0][0] <= tick:
-                _, ver, i = heapq.heappop(decode_heap)
-                if i in decoding and version[i] == ver:
-                    decoding.discard(i)
-                    sum_ctx_base -= ctx_base[i]
-                    kv_used -= ctx_base[i] + tick
-                    generated[i] = outl[i]
-                    finish(i, t)
+            retire_decodes(t)
             continue
 
         # A mixed step: decodes plus prefill chunks.
@@ -339,15 +344,7 @@ def simulate(
             reserved -= c
             kv_used += c
         peak_kv = max(peak_kv, kv_used + reserved)
-        # Decodes that finish at this tick.
-        while decode_heap and decode_heap[0][0] <= tick:
-            _, ver, i = heapq.heappop(decode_heap)
-            if i in decoding and version[i] == ver:
-                decoding.discard(i)
-                sum_ctx_base -= ctx_base[i]
-                kv_used -= ctx_base[i] + tick
-                generated[i] = outl[i]
-                finish(i, t)
+        retire_decodes(t)
         for i in completing:
             prefilling.remove(i)
             if first_t[i] != first_t[i]:
@@ -363,8 +360,7 @@ def simulate(
             ctx_base[i] = ctx - tick
             sum_ctx_base += ctx_base[i]
             version[i] += 1
-            finish_tick[i] = tick + (outl[i] - generated[i])
-            heapq.heappush(decode_heap, (finish_tick[i], version[i], i))
+            heapq.heappush(decode_heap, (tick + (outl[i] - generated[i]), version[i], i))
             decoding.add(i)
         max_running = max(max_running, len(order))
 
