@@ -130,31 +130,20 @@ class _Conn(asyncio.Protocol):
         t = time.monotonic()
         self.last_t = t
         mode = self.mode
-        if mode == "chunked":
-            self._chunked(t, data)
-        elif mode == "length":
-            take = data[: self.length_left]
-            self.length_left -= len(take)
-            self.reads.append((t, take))
-            if self.length_left <= 0:
-                self._finish(reusable=len(take) == len(data))
-        elif mode == "close":
-            self.reads.append((t, data))
-        elif mode == "head":
+        if mode == "head":
             if self.first_byte_t is None:
                 self.first_byte_t = t
             self._head(t, data)
-        # "done": stray bytes after a response; the connection will not be reused
+        elif mode != "done":  # "done": stray bytes after a response; the connection is not reused
+            self.data_received_body(t, data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.fut is None or self.fut.done():
             return
-        if self.mode == "close":
-            self._finish(reusable=False)
-        else:
+        if self.mode != "close":  # only a close-delimited body may end with the connection
             self.cut = True
-            self._finish(reusable=False)
+        self._finish(reusable=False)
 
     # parsing --------------------------------------------------------------
     def _head(self, t: float, data: bytes) -> None:
@@ -194,6 +183,8 @@ class _Conn(asyncio.Protocol):
             self.data_received_body(t, body)
 
     def data_received_body(self, t: float, body: bytes) -> None:
+        """Body bytes read at `t`, framed as the response head said (chunked, by length, or
+        until the connection closes)."""
         mode = self.mode
         if mode == "chunked":
             self._chunked(t, body)
