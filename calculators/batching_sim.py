@@ -26,6 +26,7 @@ callers at start-up).
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -496,6 +497,34 @@ def load_stats(res: SimResult, concurrency: int | None = None) -> LoadStats:
         total_tokens_per_s=total_tps,
         completed=int(done.sum()),
     )
+
+
+def simulate_load(
+    model: StepModel,
+    input_tokens: Any,
+    output_tokens: Any,
+    *,
+    concurrency: int | None = None,
+    rate_per_s: float | None = None,
+    burstiness: float = 1.0,
+    seed: int = 0,
+    stagger_ms: float = 0.0,
+) -> tuple[SimResult, LoadStats]:
+    """The requests under one load shape, and its statistics: a closed loop of
+    `concurrency` clients (first requests spread over `stagger_ms`), an open loop
+    at `rate_per_s` with gamma(`burstiness`) arrivals drawn from `seed`, or, with
+    neither (or an infinite rate), every request at once (offline)."""
+    if concurrency is not None:
+        res = simulate(
+            model, input_tokens, output_tokens, concurrency=concurrency, stagger_ms=stagger_ms
+        )
+        return res, load_stats(res, concurrency)
+    if rate_per_s is None or math.isinf(rate_per_s):
+        res = simulate(model, input_tokens, output_tokens)
+    else:
+        arrivals = poisson_arrivals_ms(len(input_tokens), float(rate_per_s), burstiness, seed=seed)
+        res = simulate(model, input_tokens, output_tokens, arrival_ms=arrivals)
+    return res, load_stats(res)
 
 
 def weighted_summary(

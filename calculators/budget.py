@@ -334,9 +334,10 @@ class _Workload:
 def _simulate(
     model: Any, wl: _Workload, rate: float | None, conc: int | None, n: int, seed: int, burst: float
 ) -> Any:
-    from .batching_sim import load_stats, poisson_arrivals_ms, simulate
+    from .batching_sim import simulate_load
 
     inp, out = wl.arrays(n)
+    service = 0.0
     if conc is not None:
         # Users are independent: spread their first requests over one request's
         # service time so they do not move in lock-step as a benchmark's clients do.
@@ -344,13 +345,16 @@ def _simulate(
         service = model.prefill_ms(int(mean_in)) + mean_out * model.decode_ms(
             conc, mean_in + mean_out / 2
         )
-        res = simulate(model, inp, out, concurrency=conc, stagger_ms=service)
-        stats = load_stats(res, conc)
-    else:
-        arr = poisson_arrivals_ms(n, float(rate), burst, seed=seed)
-        res = simulate(model, inp, out, arrival_ms=arr)
-        stats = load_stats(res)
-    return res, stats
+    return simulate_load(
+        model,
+        inp,
+        out,
+        concurrency=conc,
+        rate_per_s=rate,
+        burstiness=burst,
+        seed=seed,
+        stagger_ms=service,
+    )
 
 
 class _Costs:

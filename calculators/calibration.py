@@ -128,7 +128,7 @@ def simulate_measurement(
     """Predicted value of every metric a measurement reports."""
     import numpy as np
 
-    from .batching_sim import load_stats, poisson_arrivals_ms, simulate
+    from .batching_sim import simulate_load
     from .catalog import get_gpu
     from .roofline import StepModel
 
@@ -143,12 +143,8 @@ def simulate_measurement(
         n = max(n, 10 * concurrency)
     inp = np.full(n, int(m["input_tokens"]))
     out = np.full(n, int(m["output_tokens"]))
-    if load == "rate":
-        arr = poisson_arrivals_ms(n, float(m["request_rate"]), seed=0)
-        res = simulate(model, inp, out, arrival_ms=arr)
-    else:
-        res = simulate(model, inp, out, concurrency=concurrency)
-    stats = load_stats(res, concurrency)
+    rate = float(m["request_rate"]) if load == "rate" else None
+    _, stats = simulate_load(model, inp, out, concurrency=concurrency, rate_per_s=rate)
     return {name: metric_value(stats, name) for name in m["values"]}
 
 

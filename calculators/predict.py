@@ -295,7 +295,7 @@ def saturation_point(model: Any, mean_in: float, mean_out: float) -> Saturation:
 
 def run_load(req: Any, model: Any, n: int | None = None) -> tuple[Any, Any, Any, Any]:
     """Simulate the request's load on `model`; returns (sim result, stats, inputs, outputs)."""
-    from .batching_sim import load_stats, poisson_arrivals_ms, simulate
+    from .batching_sim import simulate_load
 
     rate = req.request_rate
     conc = req.concurrency
@@ -303,16 +303,9 @@ def run_load(req: Any, model: Any, n: int | None = None) -> tuple[Any, Any, Any,
         conc = 1
     n = n or req.num_requests or default_num_requests(conc, rate)
     inp, out = workload_arrays(req, n, getattr(req, "max_model_len", None))
-    if conc is not None:
-        res = simulate(model, inp, out, concurrency=conc)
-        stats = load_stats(res, conc)
-    elif rate is not None and math.isinf(rate):
-        res = simulate(model, inp, out)
-        stats = load_stats(res)
-    else:
-        arr = poisson_arrivals_ms(n, float(rate), req.burstiness, seed=req.seed)
-        res = simulate(model, inp, out, arrival_ms=arr)
-        stats = load_stats(res)
+    res, stats = simulate_load(
+        model, inp, out, concurrency=conc, rate_per_s=rate, burstiness=req.burstiness, seed=req.seed
+    )
     return res, stats, inp, out
 
 

@@ -189,3 +189,24 @@ def test_staggered_clients_do_not_move_in_lock_step():
     assert spread.arrival_ms[15] == pytest.approx(3000.0 * 15 / 16)
     # Lock-step waves prefill 16 prompts at once; spread clients prefill one at a time.
     assert np.median(spread.ttft_ms) < np.median(lock.ttft_ms)
+
+
+def test_simulate_load_picks_the_load_shape_from_its_arguments():
+    from inferwise.calculators.batching_sim import (
+        load_stats,
+        poisson_arrivals_ms,
+        simulate,
+        simulate_load,
+    )
+
+    m = model()
+    inp, out = np.full(40, 300), np.full(40, 50)
+    offline = simulate(m, inp, out)
+    for kw in ({}, {"rate_per_s": float("inf")}):
+        res, stats = simulate_load(m, inp, out, **kw)
+        assert np.array_equal(res.e2e_ms, offline.e2e_ms)
+    res, stats = simulate_load(m, inp, out, concurrency=4)
+    assert res.max_running == 4
+    assert stats.requests_per_s == load_stats(res, 4).requests_per_s  # closed loop: Little's law
+    res, _ = simulate_load(m, inp, out, rate_per_s=2.0, burstiness=0.5, seed=7)
+    assert np.array_equal(res.arrival_ms, poisson_arrivals_ms(40, 2.0, 0.5, seed=7))
