@@ -457,6 +457,8 @@ class LoadStats:
     output_tokens_per_s: float
     total_tokens_per_s: float
     completed: int
+    kept: Any = None
+    """Boolean mask over the simulated requests: those the per-request figures above cover."""
 
 
 def load_stats(res: SimResult, concurrency: int | None = None) -> LoadStats:
@@ -496,6 +498,7 @@ def load_stats(res: SimResult, concurrency: int | None = None) -> LoadStats:
         output_tokens_per_s=out_tps,
         total_tokens_per_s=total_tps,
         completed=int(done.sum()),
+        kept=mask,
     )
 
 

@@ -386,15 +386,8 @@ def _pct(values: Any, key: str) -> float:
 
 def _client_metrics(stats: Any, res: Any, costs: _Costs) -> dict[str, Any]:
     """Per-request client-side arrays (steady-state requests) and the ITL sample."""
-    import numpy as np
 
-    n = len(res.e2e_ms)
-    # load_stats drops ramp-up/down requests in closed loop; recover the same mask.
-    mask = ~np.isnan(res.e2e_ms)
-    if len(stats.e2e_ms) != int(mask.sum()):
-        idx = np.arange(n)
-        c = (n - len(stats.e2e_ms)) // 2
-        mask &= (idx >= c) & (idx < n - c)
+    mask = stats.kept  # completed requests, without a closed loop's ramp-up and ramp-down
     inp = res.input_tokens[mask].astype(float)
     out = res.output_tokens[mask].astype(float)
     queue = res.queue_ms[mask]

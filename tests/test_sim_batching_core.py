@@ -210,3 +210,22 @@ def test_simulate_load_picks_the_load_shape_from_its_arguments():
     assert stats.requests_per_s == load_stats(res, 4).requests_per_s  # closed loop: Little's law
     res, _ = simulate_load(m, inp, out, rate_per_s=2.0, burstiness=0.5, seed=7)
     assert np.array_equal(res.arrival_ms, poisson_arrivals_ms(40, 2.0, 0.5, seed=7))
+
+
+def test_budget_per_request_arrays_cover_the_requests_load_stats_kept():
+    """A closed loop with rejected requests (prompts larger than the KV cache): the budget's
+    per-request arrays are exactly the requests the load statistics cover."""
+    from inferwise.calculators.batching_sim import simulate_load
+    from inferwise.calculators.budget import BudgetRequest, _client_metrics, _Costs
+
+    m = model(kv_capacity_tokens=5000)
+    inp = np.full(40, 300)
+    inp[[10, 20]] = 6000  # can never fit: rejected
+    out = np.full(40, 20)
+    res, stats = simulate_load(m, inp, out, concurrency=4)
+    assert np.isnan(res.e2e_ms[[10, 20]]).all()
+    assert int(stats.kept.sum()) == len(stats.e2e_ms) == 40 - 2 * 4 - 2
+    costs = _Costs(BudgetRequest(model="m", gpu="h100"))
+    metrics = _client_metrics(stats, res, costs)
+    assert np.array_equal(metrics["queue"], stats.queue_ms)
+    assert not np.isnan(metrics["e2e"]).any()
