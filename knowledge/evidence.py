@@ -133,6 +133,7 @@ def load_run(run_id: str, db: str | None) -> dict[str, Any]:
         "summary": run.summary or {},
         "config": run.config,
         "labels": run.labels,
+        "meta": run.meta,
         "series": series,
     }
 
@@ -252,11 +253,16 @@ def _median(xs: list[float]) -> float:
 
 def _slot_limit(a: Analysis, run: dict[str, Any]) -> tuple[float | None, str]:
     """The engine's own limit on running requests, where something states it: the workload's
-    deployment.max_num_seqs, or a run label (``--label slots=4``, ``max_num_seqs=64``; for
-    llama.cpp the slot count, --parallel). Never the probe's concurrency: that is the client."""
+    deployment.max_num_seqs, the slot count the server reported to the probe (llama.cpp's
+    /props total_slots, stored in the run's meta), or a run label (``--label slots=4``,
+    ``max_num_seqs=64``). Never the probe's concurrency: that is the client."""
     cap = a.value("deployment.max_num_seqs")
     if isinstance(cap, (int, float)) and cap > 0:
         return float(cap), "deployment.max_num_seqs"
+    server = (run.get("meta") or {}).get("server") or {}
+    stated = server.get("max_num_seqs")
+    if isinstance(stated, (int, float)) and stated > 0:
+        return float(stated), f"the server's own report ({server.get('engine', 'engine')} slots: {int(stated)})"
     labels = run.get("labels") or {}
     for key in _SLOT_LABELS:
         try:

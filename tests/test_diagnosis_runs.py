@@ -155,3 +155,17 @@ def test_a_plan_from_a_healthy_run_reproduces_and_then_raises_its_load(tmp_path)
     assert "--sweep 32,64,128,256" in sweep.measure[0]
     assert any("stored run's probe settings" in x for x in p.assumptions)
     assert p.summary.startswith("No bottleneck")  # the same verdict as `inferwise diagnose`
+
+
+def test_slot_count_reported_by_the_server_counts_as_the_limit() -> None:
+    """llama.cpp reports its slots (/props total_slots); the probe stores them in the run's meta."""
+    from inferwise.knowledge.evidence import _slot_limit
+
+    class _A:
+        def value(self, path):
+            return None
+
+    cap, basis = _slot_limit(_A(), {"meta": {"server": {"engine": "llama.cpp", "max_num_seqs": 4}}, "labels": {}})
+    assert cap == 4 and "llama.cpp" in basis
+    cap, _ = _slot_limit(_A(), {"meta": {}, "labels": {"slots": "8"}})
+    assert cap == 8
