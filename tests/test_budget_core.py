@@ -173,19 +173,8 @@ def test_bad_input_names_the_field():
 
 
 def test_cli_json_contract_and_exit_codes(capsys):
-    args = [
-        "budget",
-        "--model",
-        L8["model"],
-        "--gpu",
-        "h100",
-        "--request-rate",
-        "2",
-        "--slo-e2e-ms",
-        "p95=20000",
-        "--slo-ttft-ms",
-        "p95=800",
-    ]
+    budget = ["budget", "--model", L8["model"], "--gpu", "h100"]
+    args = [*budget, "--request-rate", "2", "--slo-e2e-ms", "p95=20000", "--slo-ttft-ms", "p95=800"]
     assert main([*args, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert {
@@ -203,36 +192,6 @@ def test_cli_json_contract_and_exit_codes(capsys):
     agent = '[{"name":"a","input_tokens":500,"output_tokens":50},{"name":"t","kind":"tool","latency_ms":100}]'
     assert main([*args, "--agent-steps", agent]) == 0
     assert "critical path" in capsys.readouterr().out
-    assert (
-        main(
-            [
-                "budget",
-                "--model",
-                L8["model"],
-                "--gpu",
-                "h100",
-                "--request-rate",
-                "2",
-                "--slo-e2e-ms",
-                "p42=1",
-            ]
-        )
-        == 2
-    )
+    assert main([*budget, "--request-rate", "2", "--slo-e2e-ms", "p42=1"]) == 2
     assert "--slo-e2e-ms" in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "budget",
-                "--model",
-                L8["model"],
-                "--gpu",
-                "h100",
-                "--request-rate",
-                "-2",
-                "--slo-e2e-ms",
-                "p95=100",
-            ]
-        )
-        == 2
-    )
+    assert main([*budget, "--request-rate", "-2", "--slo-e2e-ms", "p95=100"]) == 2

@@ -109,21 +109,9 @@ def test_bad_input():
 
 
 def test_cli_json_contract(capsys):
+    predict = ["predict", "--model", L8["model"], "--gpu", "h100"]
     code = main(
-        [
-            "predict",
-            "--model",
-            L8["model"],
-            "--gpu",
-            "h100",
-            "--input-tokens",
-            "512",
-            "--output-tokens",
-            "64",
-            "--concurrency",
-            "4",
-            "--json",
-        ]
+        [*predict, "--input-tokens", "512", "--output-tokens", "64", "--concurrency", "4", "--json"]
     )
     assert code == 0
     d = json.loads(capsys.readouterr().out)
@@ -142,41 +130,12 @@ def test_cli_json_contract(capsys):
 
 
 def test_cli_markdown_and_exit_codes(capsys):
-    assert (
-        main(
-            [
-                "predict",
-                "--model",
-                L8["model"],
-                "--gpu",
-                "h100",
-                "--request-rate",
-                "inf",
-                "--num-requests",
-                "60",
-            ]
-        )
-        == 0
-    )
+    predict = ["predict", "--model", L8["model"], "--gpu", "h100"]
+    assert main([*predict, "--request-rate", "inf", "--num-requests", "60"]) == 0
     out = capsys.readouterr().out
     assert "Predicted performance" in out and "TTFT" in out and "Factors used" in out
-    assert main(["predict", "--model", L8["model"], "--gpu", "h100", "--request-rate", "0"]) == 2
+    assert main([*predict, "--request-rate", "0"]) == 2
     assert "--request-rate" in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "predict",
-                "--model",
-                L8["model"],
-                "--gpu",
-                "h100",
-                "--concurrency",
-                "2",
-                "--request-rate",
-                "1",
-            ]
-        )
-        == 2
-    )
+    assert main([*predict, "--concurrency", "2", "--request-rate", "1"]) == 2
     assert main(["predict", "--model", L8["model"], "--gpu", "nonexistent-gpu"]) == 2
     assert "--gpu" in capsys.readouterr().err
