@@ -222,13 +222,13 @@ class SimApp:
         seq = self.engine.submit(
             request_id, req["prompt"], req["max_tokens"], req["min_tokens"], req["ignore_eos"]
         )
-        cut_after = stall_after = error_after = None
-        if fault == "cut":
-            cut_after = self.rng.randint(1, max(req["max_tokens"] - 1, 1))
-        elif fault == "stall":
-            stall_after = self.rng.randint(1, max(req["max_tokens"] - 1, 1))
-        elif fault == "error":
-            error_after = self.rng.randint(1, max(req["max_tokens"] - 1, 1))
+        # a mid-stream fault strikes after a random number of output tokens
+        strike = None
+        if fault in ("cut", "stall", "error"):
+            strike = self.rng.randint(1, max(req["max_tokens"] - 1, 1))
+        cut_after = strike if fault == "cut" else None
+        stall_after = strike if fault == "stall" else None
+        error_after = strike if fault == "error" else None
 
         disconnected = asyncio.Event()
 
@@ -243,14 +243,10 @@ class SimApp:
 
         watcher = asyncio.get_running_loop().create_task(watch_disconnect())
         try:
-            if req["stream"]:
-                await self._stream(
-                    send, req, seq, entry, chat, cut_after, stall_after, disconnected, error_after
-                )
-            else:
-                await self._whole(
-                    send, req, seq, entry, chat, cut_after, stall_after, disconnected, error_after
-                )
+            deliver = self._stream if req["stream"] else self._whole
+            await deliver(
+                send, req, seq, entry, chat, cut_after, stall_after, disconnected, error_after
+            )
         finally:
             watcher.cancel()
             entry.admitted_s = seq.admitted_s
