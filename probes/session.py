@@ -95,7 +95,9 @@ async def server_properties(ctx: ProbeContext) -> dict[str, Any]:
     root = dataclasses.replace(target, base_path=target.base_path.removesuffix("/v1"))
     pool = Pool(root)
     try:
-        out = await exchange(pool, "/props", b"", api_key=ctx.api_key, timeouts=ctx.timeouts, method="GET")
+        out = await exchange(
+            pool, "/props", b"", api_key=ctx.api_key, timeouts=ctx.timeouts, method="GET"
+        )
     finally:
         pool.close()
     if out.error_class or out.status != 200:
@@ -255,6 +257,8 @@ async def run_point(
     t_begin = time.monotonic()
     origin = t_begin
     total = (requests or 0) + req.warmup_requests or None
+    # measured requests at most: a duration-bounded run still stops at the request cap
+    cap = requests if requests is not None else req.max_requests - req.warmup_requests
 
     writer = StoreWriter(ctx.store, run_id)
     old_switch = sys.getswitchinterval()
@@ -309,7 +313,6 @@ async def run_point(
             "origin": origin,
             "preconnect": req.preconnect,
         }
-        cap = requests if requests is not None else req.max_requests - req.warmup_requests
         schedule = None
         if rate is not None:
             schedule = arrival_schedule(
@@ -357,12 +360,10 @@ async def run_point(
                 on_record,
                 concurrency=concurrency or 1,
                 first_index=req.warmup_requests,
-                # a duration-bounded run still stops at the request cap
-                count=requests if requests is not None else req.max_requests - req.warmup_requests,
+                count=cap,
                 deadline=deadline,
             )
         else:
-            cap = requests if requests is not None else req.max_requests - req.warmup_requests
             schedule = arrival_schedule(
                 rate,
                 req.burstiness,
@@ -380,6 +381,12 @@ async def run_point(
                 max_in_flight=req.max_concurrency,
                 deadline=deadline,
             )
+
+    def final_summary() -> ProbeSummary:
+        # loop lag: the workers' samples, or this loop's own
+        return summarize(
+            records, slo=req.slo, loop_lag_ms=worker_lag or lag.stop(), workers=req.workers
+        )
 
     task = asyncio.create_task(drive())
     waiter = asyncio.create_task(stop.wait())
@@ -401,17 +408,7 @@ async def run_point(
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
         writer.close()
-        ctx.store.finish_run(
-            run_id,
-            "interrupted",
-            summarize(
-                records,
-                slo=req.slo,
-                window_s=None,
-                loop_lag_ms=worker_lag or lag.stop(),
-                workers=req.workers,
-            ),
-        )
+        ctx.store.finish_run(run_id, "interrupted", final_summary())
         raise
     finally:
         waiter.cancel()
@@ -430,13 +427,7 @@ async def run_point(
         notes.append(
             f"interrupted: {len(records)} finished requests kept, requests in flight were cancelled"
         )
-    summary = summarize(
-        records,
-        slo=req.slo,
-        window_s=None,
-        loop_lag_ms=worker_lag or lag.stop(),
-        workers=req.workers,
-    )
+    summary = final_summary()
     measured = [r for r in records if not r.warmup]
     if measured and summary.completed == 0 and status == "complete":
         status = "failed"
