@@ -7,6 +7,13 @@ model as its output schema. A call validates the arguments against the input
 model (so model-level rules such as "gpu or gpu_memory_gib" apply too), runs
 the operation, and returns the structured result plus its Markdown rendering.
 
+Start-up: a stdio server is launched for every client session, so `serve`
+builds it with `lazy_tools=True`: a tool (and its operation's models) is built
+when first called, and `tools/list` comes from a disk cache of the listing
+that is rebuilt whenever the source or the libraries change
+(`mcp_tool_cache`). The HTTP server and `build_server()` build every tool up
+front.
+
 Security: fields listed as `mcp_hidden` (the run-store path, the API-key
 variable, target allowlists, cap overrides) are not offered to the model; the
 probe runs in the strict target policy, configured only by whoever starts the
