@@ -314,7 +314,10 @@ class _Workload:
     def __init__(self, req: BudgetRequest):
         self.req = req
         self.steps = [s for s in (req.agent_steps or []) if s.kind == "llm"]
-        self.calls_per_task = sum(1.0 / (1.0 - s.retry_probability) for s in self.steps)
+        # engine requests per client request: one, or a task's LLM calls with their retries
+        self.calls_per_task = (
+            sum(1.0 / (1.0 - s.retry_probability) for s in self.steps) if self.steps else 1.0
+        )
 
     def arrays(self, n: int) -> tuple[Any, Any]:
         import numpy as np
@@ -628,13 +631,9 @@ def _task(
 # --------------------------------------------------------------------------- entry point
 
 
-def decompose_budget(req: BudgetRequest) -> BudgetResult:
-    """Budget the SLOs over the stages; see the module docstring."""
-    import numpy as np
-
-    from .predict import check_lengths, percentiles, saturation_point, weighted_percentiles
-    from .roofline import StepModel
-
+def _check_request(req: BudgetRequest) -> None:
+    """What the request model cannot check field by field: a target to budget, a load,
+    and an agentic task this deployment takes part in."""
     if not (req.slo_e2e_ms or req.slo_ttft_ms or req.slo_itl_ms):
         raise InputError(
             "slo_e2e_ms",
@@ -663,6 +662,15 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
     if req.agent_steps and not any(s.kind == "llm" for s in req.agent_steps):
         raise InputError("agent_steps", "the task has no llm step for this deployment to serve")
 
+
+def decompose_budget(req: BudgetRequest) -> BudgetResult:
+    """Budget the SLOs over the stages; see the module docstring."""
+    import numpy as np
+
+    from .predict import check_lengths, percentiles, saturation_point, weighted_percentiles
+    from .roofline import StepModel
+
+    _check_request(req)
     model = StepModel.from_deployment(req)
     if not req.agent_steps:
         from .predict import _model_max_len
@@ -694,7 +702,7 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
     # Design load.
     rate = conc = None
     if req.request_rate is not None:
-        rate = req.request_rate * req.peak_to_mean * (wl.calls_per_task if req.agent_steps else 1.0)
+        rate = req.request_rate * req.peak_to_mean * wl.calls_per_task
     else:
         conc = max(1, math.ceil((req.concurrency or 1) * req.peak_to_mean))
     n = req.num_requests or (_n_for_concurrency(conc) if conc else _n_for_rate(rate or 1.0))
@@ -750,7 +758,7 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
     max_rate = max_conc = None
     if conc is None:
         max_rate = _max_rate(req, model, wl, costs, sat.max_requests_per_s)
-        if req.agent_steps and max_rate is not None:
+        if max_rate is not None:
             max_rate = max_rate / wl.calls_per_task
     else:
         max_conc = _max_concurrency(req, model, wl, costs)
@@ -798,8 +806,7 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
         why=why,
         max_rate_under_slo=max_rate,
         max_concurrency_under_slo=max_conc,
-        saturation_request_rate=sat.max_requests_per_s
-        / (wl.calls_per_task if req.agent_steps else 1.0),
+        saturation_request_rate=sat.max_requests_per_s / wl.calls_per_task,
         replicas_needed=replicas,
         ttft_ms=percentiles(m["ttft"]),
         itl_ms=weighted_percentiles(m["itl_values"], m["itl_weights"]),
