@@ -54,9 +54,12 @@ VLLM_KNOWN_VERSIONS = (
     "0.11.0",
     "0.19.0",
     "0.21.0",
+    "0.22.0",
+    "0.23.0",
     "0.24.0",
     "0.25.0",
     "0.27.1",
+    "0.29.0",
 )
 """Releases where a rule below changes (and the default). A version between
 two of them uses the older one's rules; beyond the newest, the newest."""
@@ -109,12 +112,30 @@ class VllmRules:
     nccl_before_snapshot: bool
     """0.11+: the memory snapshot is taken after NCCL init, so NCCL buffers are
     no longer counted as non-torch growth (gpu_worker.py ``init_device``)."""
-    mrv2_dense: bool = False
-    """0.25+: dense (non-MoE) models run on Model Runner V2 by default
-    (vllm#44443, in the 0.25.0 release notes). Its profiling run samples a
-    dummy batch without sampling parameters, so the fp32 logits copy and the
-    top-k/top-p work never enter the profiled peak (vllm#57926): only the
-    logits in the model dtype do."""
+    mrv2_default: str = "none"
+    """Which models run on Model Runner V2 when VLLM_USE_V2_MODEL_RUNNER is
+    unset (``VllmConfig.use_v2_model_runner`` in vllm/config/vllm.py, per
+    release notes): "none" before 0.22; "qwen3" in 0.22 (Qwen3ForCausalLM,
+    dense and unquantized, vllm#39337, 0.22.0 notes: "MRv2 is now default for
+    Qwen3 dense models"); "qwen3_llama_mistral" in 0.23-0.24
+    (DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES = Llama, Mistral, Qwen3; still
+    ``not is_moe and not is_quantized``); "dense" in 0.25-0.28 (vllm#44443,
+    0.25.0 notes: "the default for all dense models"); "all" from 0.29.0
+    (vllm#53183, 0.29.0 notes: "the default for all models"). See
+    :func:`vllm_uses_mrv2`. MRV2's profiling run samples a dummy batch without
+    sampling parameters, so the fp32 logits copy and the top-k/top-p work
+    never enter the profiled peak (vllm#57926): only the logits in the model
+    dtype do."""
+    mrv2_profiles_cuda_graphs: bool = False
+    """0.29+: MRV2's ``profile_cudagraph_memory`` captures the graphs into a
+    throwaway pool and measures them (vllm#53306, merged 2026-08-24, in the
+    0.29.0 notes: "CUDA graph memory profiling ... used for KV cache
+    auto-sizing"). Before, MRV2's method was a placeholder returning 0
+    (vllm#36520 "Add dummy profile_cudagraph_memory API"; vllm/v1/worker/gpu/
+    model_runner.py: ``# NOTE(woosuk): It is TBD whether we keep this API or
+    not. return 0``), so ``determine_available_memory`` subtracted nothing for
+    graphs on MRV2 even with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on; the
+    graphs were captured afterwards, above the budget (vllm#49224)."""
     notes: tuple[str, ...] = field(default=())
 
 
@@ -154,10 +175,53 @@ def _vllm_rules(version: str | None) -> VllmRules:
         tokens_from_concurrency=v >= (0, 21, 0),
         cuda_graphs_in_budget=v >= (0, 21, 0),
         nccl_before_snapshot=v >= (0, 11, 0),
-        mrv2_dense=v >= (0, 25, 0),
+        mrv2_default=_mrv2_default(v),
+        mrv2_profiles_cuda_graphs=v >= (0, 29, 0),
         sampler_bytes_per_logit=SAMPLER_BYTES_PER_LOGIT[_sampler_era(v)],
         notes=tuple(notes),
     )
+
+
+def _mrv2_default(v: tuple[int, int, int]) -> str:
+    if v >= (0, 29, 0):
+        return "all"
+    if v >= (0, 25, 0):
+        return "dense"
+    if v >= (0, 23, 0):
+        return "qwen3_llama_mistral"
+    if v >= (0, 22, 0):
+        return "qwen3"
+    return "none"
+
+
+_MRV2_ARCHITECTURES = {
+    "qwen3": frozenset({"Qwen3ForCausalLM"}),
+    "qwen3_llama_mistral": frozenset(
+        {"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"}
+    ),
+}
+
+
+def vllm_uses_mrv2(rules: VllmRules, arch: ModelArchitecture, quantized: bool) -> bool:
+    """Whether ``vllm serve`` runs this model on Model Runner V2 by default.
+
+    Follows ``_is_default_v2_model_runner_model`` of each release (see
+    ``VllmRules.mrv2_default``): the architecture allow-list of 0.22-0.24
+    admits only dense, unquantized checkpoints; 0.25-0.28 every dense one
+    (quantized included: vllm#49224 notes dense FP8 models moved to MRV2 with
+    0.25); 0.29+ every model. Features MRV2 lacks (LoRA, some speculative
+    methods, KV connectors) fall back to MRV1; they are not inputs here.
+    """
+    kind = rules.mrv2_default
+    if kind == "all":
+        return True
+    dense = arch.moe is None
+    if kind == "dense":
+        return dense
+    allowed = _MRV2_ARCHITECTURES.get(kind)
+    if allowed is None or not dense or quantized:
+        return False
+    return any(a in allowed for a in arch.architectures)
 
 
 # --------------------------------------------------------------------------- defaults
@@ -243,7 +307,8 @@ def vllm_default_batching(
 #              logits then peaks at ~0.42 GiB (0.55 GiB with non-torch, at two
 #              utilizations), where PyTorch's sort path costs 1.4 GiB.
 #              Fitted on the 0.5-utilization run (calibration)        -> 10 B
-#   MRV2 (dense models from 0.25, ``VllmRules.mrv2_dense``): the logits in
+#   MRV2 (``vllm_uses_mrv2``: Qwen3 dense from 0.22, all dense from 0.25,
+#              everything from 0.29): the logits in
 #              the model dtype only (fit.py passes act_bytes). Qwen2.5-0.5B on
 #              an L4 (vllm#57926, MRV2) leaves ~0.85 GiB for activation,
 #              non-torch and CUDA graphs together, which a 22 B/logit sampler
@@ -390,6 +455,18 @@ def cuda_graph_bytes(arch: ModelArchitecture, layers_on_rank: int, enforce_eager
     if enforce_eager:
         return 0
     return int((0.2 + 0.02 * layers_on_rank) * GiB)
+
+
+def cuda_graphs_charged(rules: VllmRules, on_mrv2: bool, enforce_eager: bool) -> bool:
+    """Whether ``determine_available_memory`` subtracts a CUDA-graph estimate
+    from the KV budget (vllm/v1/worker/gpu_worker.py): the estimate is applied
+    by default from 0.21.0 ("CUDA graph memory profiling is enabled (default
+    since v0.21.0)" in the start-up log), and only as large as the model
+    runner's ``profile_cudagraph_memory()``, which MRV2 left at 0 until 0.29
+    (``VllmRules.mrv2_profiles_cuda_graphs``). Eager mode captures nothing."""
+    if enforce_eager or not rules.cuda_graphs_in_budget:
+        return False
+    return not on_mrv2 or rules.mrv2_profiles_cuda_graphs
 
 
 # --------------------------------------------------------------------------- KV capacity

@@ -425,6 +425,7 @@ def _estimate(
 
     # ------------------------------------------------------------ memory per stage
     usable = total * req.gpu_memory_utilization
+    on_mrv2 = rules.v1 and ep.vllm_uses_mrv2(rules, arch, scheme.is_quantized)
     sampler_cost = rules.sampler_bytes_per_logit
     if not rules.v1 and max_model_len > 32768:
         sampler_cost = ep.SAMPLER_BYTES_PER_LOGIT["v0_chunked"]
@@ -433,11 +434,11 @@ def _estimate(
         assumptions.append(
             f"sampler warm-up profiled with FlashInfer's top-k/top-p kernels ({sampler_cost:g} B per logit)"
         )
-    elif rules.mrv2_dense and arch.moe is None:
+    elif on_mrv2:
         sampler_cost = act_bytes
         assumptions.append(
-            "vLLM 0.25+ runs dense models on Model Runner V2, whose profiling run holds only the "
-            "logits in the model dtype for the sampler (no fp32 copy, vllm#57926)"
+            f"vLLM {rules.version} runs this model on Model Runner V2, whose profiling run holds "
+            "only the logits in the model dtype for the sampler (no fp32 copy, vllm#57926)"
         )
     elif rules.v1 and sampler_cost > act_bytes:
         sampler_gib = min(max_num_seqs, mnbt) * arch.vocab_size * sampler_cost / GiB
@@ -455,7 +456,15 @@ def _estimate(
     stages = kvb.layers_per_stage
     layers_on_rank = max(sum(s.values()) for s in stages)
     graphs = ep.cuda_graph_bytes(arch, layers_on_rank, req.enforce_eager)
-    charged_graphs = graphs if rules.cuda_graphs_in_budget else 0
+    graphs_in_budget = ep.cuda_graphs_charged(rules, on_mrv2, req.enforce_eager)
+    charged_graphs = graphs if graphs_in_budget else 0
+    if graphs and rules.cuda_graphs_in_budget and not graphs_in_budget:
+        warnings.append(
+            f"vLLM {rules.version} runs this model on Model Runner V2, whose CUDA-graph memory "
+            "estimate is 0 before 0.29 (vllm#49224): the KV cache takes the whole budget and the "
+            f"graphs (~{graphs / GiB:.2f} GiB) are captured afterwards, from the memory above "
+            "--gpu-memory-utilization"
+        )
     avail: list[int] = []
     acts: list[int] = []
     for s in range(pp):
@@ -489,8 +498,12 @@ def _estimate(
             detail="estimated CUDA-graph pool"
             + (
                 " (charged inside the budget from vLLM 0.21)"
-                if rules.cuda_graphs_in_budget
-                else " (outside the budget before vLLM 0.21)"
+                if graphs_in_budget
+                else (
+                    " (outside the budget: Model Runner V2 estimates 0 before vLLM 0.29)"
+                    if rules.cuda_graphs_in_budget and not req.enforce_eager
+                    else " (outside the budget before vLLM 0.21)"
+                )
             ),
         ),
         Quantity(
@@ -509,7 +522,7 @@ def _estimate(
     # The most constrained stage is the one reported per GPU.
     worst = min(range(pp), key=lambda s: avail[s] / max(1, layout.group_size_per_stage[s]))
     kv_gib = max(0, avail[worst])
-    headroom = total - usable - (0 if rules.cuda_graphs_in_budget else graphs)
+    headroom = total - usable - (0 if graphs_in_budget else graphs)
     per_gpu = PerGpuMemory(
         total_gib=_gib(total),
         usable_gib=_gib(usable),
@@ -517,7 +530,7 @@ def _estimate(
         activation_gib=_gib(acts[worst]),
         non_torch_gib=_gib(non_torch),
         cuda_graph_gib=_gib(graphs),
-        cuda_graph_in_budget=rules.cuda_graphs_in_budget,
+        cuda_graph_in_budget=graphs_in_budget,
         kv_cache_gib=_gib(kv_gib),
         headroom_gib=_gib(max(0.0, headroom)),
     )

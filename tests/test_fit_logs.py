@@ -209,3 +209,33 @@ def test_refused_start_ups_are_predicted_not_to_fit(case_id):
     _, row = ROWS[case_id]
     verdict = row.get("fits") or row.get("fits_formula")
     assert verdict is not None and verdict[0] is False
+
+
+@pytest.mark.parametrize("case_id", ["qwen3-8b-rtx4090-mnbt2048", "qwen3-8b-rtx4090-mnbt8192"])
+def test_unstated_build_of_the_rtx4090_runs_gives_one_answer_across_its_bracket(case_id):
+    """vllm#48322 does not name its build; every release from 0.22 (Qwen3
+    dense on Model Runner V2) to 0.28 (MRV2 still estimates 0 GiB of CUDA
+    graphs) accounts the same way, so the bracket needs no guess. Releases
+    outside it differ: 0.21 runs MRV1 (fp32 sampler peak, graphs charged),
+    0.29 measures MRV2's graphs."""
+    case = next(c for c in CASES if c["id"] == case_id)
+    tokens = {
+        v: fit_accuracy.replay(dict(case, vllm_version=v))["kv_tokens_e2e"][0]
+        for v in ("0.21.0", "0.22.0", "0.24.0", "0.25.1", "0.28.0", "0.29.0")
+    }
+    assert tokens["0.22.0"] == tokens["0.24.0"] == tokens["0.25.1"] == tokens["0.28.0"]
+    assert tokens["0.21.0"] < tokens["0.24.0"] * 0.9
+    assert tokens["0.29.0"] < tokens["0.24.0"]
+
+
+def test_mrv2_charges_cuda_graphs_only_from_029():
+    """The CUDA-graph estimate is charged from 0.21 on MRV1, but MRV2's was a
+    placeholder 0 until vllm#53306 (0.29.0); eager mode never charges."""
+    from inferwise.calculators import engine_policy as ep
+
+    assert ep.cuda_graphs_charged(ep.vllm_rules("0.21.0"), False, False)
+    assert not ep.cuda_graphs_charged(ep.vllm_rules("0.27.1"), True, False)
+    assert ep.cuda_graphs_charged(ep.vllm_rules("0.27.1"), False, False)
+    assert ep.cuda_graphs_charged(ep.vllm_rules("0.29.0"), True, False)
+    assert not ep.cuda_graphs_charged(ep.vllm_rules("0.29.0"), True, True)
+    assert not ep.cuda_graphs_charged(ep.vllm_rules("0.20.0"), False, False)
