@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .deployment import Deployment
 from .errors import InputError
-from .predict import MAX_REQUESTS, Percentiles
+from .predict import MAX_REQUESTS, Percentiles, check_p95_lengths
 
 PERCENTILE_KEYS = ("p50", "p90", "p95", "p99")
 Stage = Literal["queue", "network", "preprocessing", "prefill", "decode", "postprocessing"]
@@ -217,10 +217,7 @@ class BudgetRequest(Deployment):
     def _consistent(self) -> BudgetRequest:
         if self.concurrency is not None and self.request_rate is not None:
             raise ValueError("give request_rate or concurrency, not both")
-        if self.input_tokens_p95 is not None and self.input_tokens_p95 < self.input_tokens:
-            raise ValueError("input_tokens_p95 must be >= input_tokens (the median)")
-        if self.output_tokens_p95 is not None and self.output_tokens_p95 < self.output_tokens:
-            raise ValueError("output_tokens_p95 must be >= output_tokens (the median)")
+        check_p95_lengths(self)
         return self
 
 

@@ -87,11 +87,16 @@ class PredictRequest(Deployment):
     def _one_load(self) -> PredictRequest:
         if self.concurrency is not None and self.request_rate is not None:
             raise ValueError("give concurrency or request_rate, not both")
-        if self.input_tokens_p95 is not None and self.input_tokens_p95 < self.input_tokens:
-            raise ValueError("input_tokens_p95 must be >= input_tokens (the median)")
-        if self.output_tokens_p95 is not None and self.output_tokens_p95 < self.output_tokens:
-            raise ValueError("output_tokens_p95 must be >= output_tokens (the median)")
+        check_p95_lengths(self)
         return self
+
+
+def check_p95_lengths(req: Any) -> None:
+    """A p95 length below the median cannot describe a distribution (predict and budget)."""
+    if req.input_tokens_p95 is not None and req.input_tokens_p95 < req.input_tokens:
+        raise ValueError("input_tokens_p95 must be >= input_tokens (the median)")
+    if req.output_tokens_p95 is not None and req.output_tokens_p95 < req.output_tokens:
+        raise ValueError("output_tokens_p95 must be >= output_tokens (the median)")
 
 
 class Percentiles(BaseModel):
