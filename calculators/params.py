@@ -233,32 +233,40 @@ def _mlp_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
     return parts
 
 
-def _layout_key(arch: ModelArchitecture) -> tuple:
-    """Every architecture fact the parts and their per-rank split depend on.
+_KEY_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(ModelArchitecture)
+    if f.name not in ("quantization_config", "notes")
+)
+"""Every architecture field but the checkpoint's quantization_config (a dict,
+not hashable; the scheme is a separate argument) and the notes. Taking all
+the others, rather than the few the module list reads today, keeps the memo
+right when a field is added and read later."""
 
-    ``ModelArchitecture`` itself is not hashable (it keeps the checkpoint's
-    quantization_config dict), and that dict, the dtype and the notes do not
-    change the module list; the quantization scheme is a separate argument.
-    """
-    return (
-        arch.num_layers,
-        arch.hidden_size,
-        arch.num_attention_heads,
-        arch.num_kv_heads,
-        arch.head_dim,
-        arch.intermediate_size,
-        arch.vocab_size,
-        arch.tie_word_embeddings,
-        arch.moe,
-        arch.mla,
-        arch.vision,
-        arch.attention_bias,
-        arch.o_bias,
-        arch.mlp_bias,
-        arch.qk_norm,
-        arch.norms_per_layer,
-        arch.attention_sinks,
-    )
+
+def _hashable(key: tuple) -> tuple | None:
+    """``key``, or None (do not memoise) when a part of it cannot be hashed."""
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+_LAST_KEY: tuple = (None, None)
+"""(architecture, its key) of the last call: a fit request passes the same
+object a dozen times, and building and hashing the key is most of a lookup."""
+
+
+def _layout_key(arch: ModelArchitecture) -> tuple | None:
+    """The memo key of an architecture (see ``_KEY_FIELDS``)."""
+    global _LAST_KEY
+    last_arch, last_key = _LAST_KEY  # one read: another thread may replace the pair
+    if last_arch is arch:
+        return last_key
+    key = _hashable(tuple(getattr(arch, name) for name in _KEY_FIELDS))
+    _LAST_KEY = (arch, key)
+    return key
 
 
 _CACHE_SIZE = 64
@@ -270,6 +278,8 @@ _PARTS_CACHE: dict[tuple, tuple[_Part, ...]] = {}
 def _remember(cache: dict, key: object, value: object) -> None:
     """Bounded memo: start over when full. ``clear`` and item assignment are
     atomic, so MCP worker threads may share these caches without a lock."""
+    if key is None:
+        return
     if len(cache) >= _CACHE_SIZE:
         cache.clear()
     cache[key] = value
@@ -290,7 +300,7 @@ def _parts(arch: ModelArchitecture) -> tuple[_Part, ...]:
     only on the architecture, never on the deployment.
     """
     key = _layout_key(arch)
-    parts = _PARTS_CACHE.get(key)
+    parts = _PARTS_CACHE.get(key) if key is not None else None
     if parts is None:
         parts = tuple(_build_parts(arch))
         _remember(_PARTS_CACHE, key, parts)
@@ -326,7 +336,7 @@ _COUNTS_CACHE: dict[tuple, ParamCounts] = {}
 def count_parameters(arch: ModelArchitecture) -> ParamCounts:
     """Parameter counts by component for the whole model (immutable, so shared per architecture)."""
     key = _layout_key(arch)
-    counts = _COUNTS_CACHE.get(key)
+    counts = _COUNTS_CACHE.get(key) if key is not None else None
     if counts is None:
         counts = _count_parameters(arch)
         _remember(_COUNTS_CACHE, key, counts)
@@ -405,17 +415,20 @@ def weight_bytes(
     alternative that keeps the parallelism and format). Every caller gets
     its own ``by_category`` dict.
     """
-    key = (
-        _layout_key(arch),
-        scheme,
-        dtype_bytes,
-        type(dtype_bytes),  # 2 and 2.0 hash alike but sum differently
-        tensor_parallel_size,
-        pipeline_parallel_size,
-        runtime_layout,
-        tuple(mxfp4_alignment),
+    layout = _layout_key(arch)
+    key = layout and _hashable(
+        (
+            layout,
+            scheme,
+            dtype_bytes,
+            type(dtype_bytes),  # 2 and 2.0 hash alike but sum differently
+            tensor_parallel_size,
+            pipeline_parallel_size,
+            runtime_layout,
+            tuple(mxfp4_alignment),
+        )
     )
-    wb = _WEIGHTS_CACHE.get(key)
+    wb = _WEIGHTS_CACHE.get(key) if key is not None else None
     if wb is None:
         wb = _weight_bytes(
             arch,
