@@ -168,6 +168,18 @@ class Workload:
         self.calibrated = False
         self.set_salt(salt)
 
+    @classmethod
+    def of_probe(cls, req: Any, dataset: list[DatasetRow] | None) -> Workload:
+        """The load a ProbeRequest describes (prompt and output lengths, shared prefix,
+        seed), over `dataset` when it has one."""
+        return cls(
+            input_len=LengthSpec(req.input_tokens, req.input_distribution, req.input_spread),
+            output_len=LengthSpec(req.output_tokens, req.output_distribution, req.output_spread),
+            shared_prefix_fraction=req.shared_prefix_fraction,
+            dataset=dataset,
+            seed=req.seed,
+        )
+
     def set_salt(self, salt: int) -> None:
         self.salt = salt
         self._shared: list[str] = []

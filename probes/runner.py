@@ -367,7 +367,7 @@ async def run_probe(
     `allow_hosts`: the MCP server passes its strict, operator-configured policy."""
     from inferwise.probes.client import Pool, Target, Timeouts
     from inferwise.probes.policy import TargetPolicy
-    from inferwise.probes.prompts import LengthSpec, Workload, load_dataset
+    from inferwise.probes.prompts import Workload, load_dataset
     from inferwise.probes.session import (
         ProbeContext,
         handle_signals,
@@ -384,13 +384,7 @@ async def run_probe(
     secrets = [api_key] if api_key else []
     target = Target.from_url(req.url, connect_host=addrs[0])
     dataset = load_dataset(req.dataset) if req.dataset else None
-    workload = Workload(
-        input_len=LengthSpec(req.input_tokens, req.input_distribution, req.input_spread),
-        output_len=LengthSpec(req.output_tokens, req.output_distribution, req.output_spread),
-        shared_prefix_fraction=req.shared_prefix_fraction,
-        dataset=dataset,
-        seed=req.seed,
-    )
+    workload = Workload.of_probe(req, dataset)
     store = RunStore(req.db)
     pool = Pool(target)
     timeouts = Timeouts(

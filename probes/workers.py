@@ -186,19 +186,13 @@ async def _child(setup: dict[str, Any]) -> None:
     from inferwise.probes.client import Pool, Target, Timeouts
     from inferwise.probes.health import LoopLagSampler
     from inferwise.probes.loadgen import closed_loop, open_loop
-    from inferwise.probes.prompts import LengthSpec, Workload, load_dataset
+    from inferwise.probes.prompts import Workload, load_dataset
     from inferwise.probes.runner import ProbeRequest
     from inferwise.probes.session import ProbeContext, send_one
 
     req = ProbeRequest.model_validate(setup["req"])
     api_key = os.environ.get(req.api_key_env) or None
-    workload = Workload(
-        input_len=LengthSpec(req.input_tokens, req.input_distribution, req.input_spread),
-        output_len=LengthSpec(req.output_tokens, req.output_distribution, req.output_spread),
-        shared_prefix_fraction=req.shared_prefix_fraction,
-        dataset=load_dataset(req.dataset) if req.dataset else None,
-        seed=req.seed,
-    )
+    workload = Workload.of_probe(req, load_dataset(req.dataset) if req.dataset else None)
     if setup.get("calibration"):
         workload.calibrate(*setup["calibration"])
     workload.set_salt(setup.get("salt", 0))
