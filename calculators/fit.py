@@ -429,16 +429,17 @@ def _estimate(
     sampler_cost = rules.sampler_bytes_per_logit
     if not rules.v1 and max_model_len > 32768:
         sampler_cost = ep.SAMPLER_BYTES_PER_LOGIT["v0_chunked"]
-    if req.flashinfer_sampler and rules.v1:
-        sampler_cost = ep.SAMPLER_BYTES_PER_LOGIT["flashinfer"]
-        assumptions.append(
-            f"sampler warm-up profiled with FlashInfer's top-k/top-p kernels ({sampler_cost:g} B per logit)"
-        )
-    elif on_mrv2:
+    if on_mrv2:
+        # MRV2 profiles no top-k/top-p at all, so the sampler kind does not matter
         sampler_cost = act_bytes
         assumptions.append(
             f"vLLM {rules.version} runs this model on Model Runner V2, whose profiling run holds "
             "only the logits in the model dtype for the sampler (no fp32 copy, vllm#57926)"
+        )
+    elif req.flashinfer_sampler and rules.v1:
+        sampler_cost = ep.SAMPLER_BYTES_PER_LOGIT["flashinfer"]
+        assumptions.append(
+            f"sampler warm-up profiled with FlashInfer's top-k/top-p kernels ({sampler_cost:g} B per logit)"
         )
     elif rules.v1 and sampler_cost > act_bytes:
         sampler_gib = min(max_num_seqs, mnbt) * arch.vocab_size * sampler_cost / GiB
