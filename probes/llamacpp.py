@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from inferwise.probes.prompts import WORDS
+
 # The llama-cpp-python release whose vendored llama.cpp we build. Pinned with
 # its sdist hash so a changed upload on PyPI is noticed instead of built.
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -302,25 +304,23 @@ _N_BYTES = 256  # <0x00> .. <0xFF>: SentencePiece byte fallback, so any text tok
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 # Common English words get a piece of their own, as in any real vocabulary, so
 # ordinary text costs about one token per word (the probe's prompt-length
-# calibration sees a realistic ratio).
-_COMMON_WORDS = (  # noqa: SIM905 - a word list reads better as text
-    "the of and to in is for on that with as by at from this be are was it or an not but "
-    "have has had all can one more new time will which their use also its may first any over "
-    "about after two most some such these other into only many they than made make well work "
-    "way year long part good best each high world great small large state under people water "
-    "place point house case week company number group problem fact hand system program "
-    "question government night money story month book right study line a i you he she we his "
-    "her our your my me him them what when where who why how there here then now just like "
-    "so if up out no yes do does did get got go going come came see saw know think take give "
-    "tell ask find want need feel try leave call keep let begin seem help show hear play run "
-    "move live believe bring happen write provide sit stand lose pay meet include continue "
-    "set learn change lead understand watch follow stop create speak read allow add spend "
-    "grow open walk win offer remember love consider appear buy wait serve die send expect "
-    "build stay fall cut reach kill remain day man woman child life thing back three last "
-    "own old big little different same next early young important few public bad able very "
-    "much even still too never always often again really most down off through between "
-    "during before without against among user assistant"
-).split()
+# calibration sees a realistic ratio): the probe's own prompt words first, then
+# more everyday ones.
+_COMMON_WORDS = [
+    *WORDS,
+    *(  # noqa: SIM905 - a word list reads better as text
+        "a i you he she we his her our your my me him them what when where who why how there "
+        "here then now just like so if up out no yes do does did get got go going come came see "
+        "saw know think take give tell ask find want need feel try leave call keep let begin "
+        "seem help show hear play run move live believe bring happen write provide sit stand "
+        "lose pay meet include continue set learn change lead understand watch follow stop "
+        "create speak read allow add spend grow open walk win offer remember love consider "
+        "appear buy wait serve die send expect build stay fall cut reach kill remain day man "
+        "woman child life thing back three last own old big little different same next early "
+        "young important few public bad able very much even still too never always often again "
+        "really most down off through between during before without against among user assistant"
+    ).split(),
+]
 
 
 def _word_pieces(n: int, rng: Any) -> list[str]:
