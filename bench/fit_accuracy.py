@@ -122,7 +122,9 @@ def replay(case: dict[str, Any]) -> dict[str, Any]:
             total, _ = runtime_total_gib(g.memory_total_gib, g.memory_total_gib_torch, g.vendor)
             row["catalog_total_gib"] = (round(total, 3), case["gpu_total_gib"])
             row["nvidia_smi_total_gib"] = (g.memory_total_gib, case["gpu_total_gib"])
-        elif "weights_gib" in logged:
+        if full is None and "weights_gib" in logged:
+            # No GPU named: weights alone, on a placeholder large enough to fit
+            # (a named GPU keeps its own fit: MXFP4 layouts depend on it).
             from inferwise.calculators.fit import estimate_fit as _ef
 
             req2 = req.model_copy(update={"gpu_memory_gib": 1000.0, "gpu": None})
