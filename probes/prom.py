@@ -384,46 +384,31 @@ async def scrape_loop(
     consecutive = 0
     while not stop_event.is_set() and report.scrapes < max_scrapes:
         t_s = time.monotonic() - t0
+        stop_note: str | None = None
         try:
             resp = await client.get(url, timeout=timeout_s)
-            status = resp.status_code
-            body = resp.text
+            status, body = resp.status_code, resp.text
+            failure = f"HTTP {status}" if status >= 400 else None
         except Exception as exc:  # network errors of any client library
+            status, body, failure = None, "", type(exc).__name__
+        if status == 404:
+            stop_note = "the server has no /metrics endpoint (HTTP 404); no server metrics recorded"
+        elif failure is not None:
             report.failures += 1
             consecutive += 1
             if consecutive >= max_consecutive_failures:
-                report.stopped_early = True
-                report.note = (
-                    f"stopped after {consecutive} failed scrapes in a row ({type(exc).__name__})"
-                )
-                break
+                stop_note = f"stopped after {consecutive} failed scrapes in a row ({failure})"
         else:
-            if status == 404:
-                report.stopped_early = True
-                report.note = (
-                    "the server has no /metrics endpoint (HTTP 404); no server metrics recorded"
-                )
-                break
-            if status >= 400:
-                report.failures += 1
-                consecutive += 1
-                if consecutive >= max_consecutive_failures:
-                    report.stopped_early = True
-                    report.note = (
-                        f"stopped after {consecutive} failed scrapes in a row (HTTP {status})"
-                    )
-                    break
-            else:
-                try:
-                    samples = parse_prometheus(body)
-                except PrometheusFormatError as exc:
-                    report.stopped_early = True
-                    report.note = f"the /metrics body is not Prometheus text ({exc}); no server metrics recorded"
-                    break
+            try:
+                samples = parse_prometheus(body)
                 if not samples:
-                    report.stopped_early = True
-                    report.note = "the /metrics page is empty; no server metrics recorded"
-                    break
+                    stop_note = "the /metrics page is empty; no server metrics recorded"
+            except PrometheusFormatError as exc:
+                samples = []
+                stop_note = (
+                    f"the /metrics body is not Prometheus text ({exc}); no server metrics recorded"
+                )
+            if samples:
                 consecutive = 0
                 report.scrapes += 1
                 report.engine = report.engine or detect_engine(samples)
@@ -433,6 +418,10 @@ async def scrape_loop(
                 result = sink(t_s, keep)
                 if inspect.isawaitable(result):
                     await result
+        if stop_note is not None:
+            report.stopped_early = True
+            report.note = stop_note
+            break
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop_event.wait(), timeout=interval_s)
     return report

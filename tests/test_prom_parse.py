@@ -258,3 +258,37 @@ def test_exposition_round_trip(name, labels, value):
     line = f"{name}{{{body}}} {value!r}\n" if labels else f"{name} {value!r}\n"
     (s,) = parse_prometheus(f"# TYPE {name} gauge\n" + line)
     assert s.name == name and s.labels == labels and s.value == value and s.type == "gauge"
+
+
+def test_scrape_loop_counts_http_errors_in_a_row_and_a_good_page_resets_the_count():
+    from types import SimpleNamespace
+
+    good = "vllm:num_requests_running 1\n"
+    pages = [(503, ""), (503, ""), (200, good), (500, ""), (503, ""), (502, ""), (200, good)]
+
+    class Client:
+        async def get(self, url, timeout):
+            status, text = pages.pop(0)
+            return SimpleNamespace(status_code=status, text=text)
+
+    async def main():
+        got = []
+
+        def sink(t_s, samples):
+            got.append(samples)
+
+        report = await scrape_loop(
+            Client(), "http://x/metrics", 0.0, sink, asyncio.Event(), max_consecutive_failures=3
+        )
+        return report, got
+
+    report, got = asyncio.run(main())
+    assert len(got) == 1 and report.scrapes == 1 and report.failures == 5
+    assert (
+        report.stopped_early and report.note == "stopped after 3 failed scrapes in a row (HTTP 502)"
+    )
+    assert pages == [(200, good)]
+
+    pages[:] = [(200, "")]
+    report, got = asyncio.run(main())
+    assert report.stopped_early and "empty" in report.note and not got
