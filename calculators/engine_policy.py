@@ -211,6 +211,10 @@ def vllm_uses_mrv2(rules: VllmRules, arch: ModelArchitecture, quantized: bool) -
     (quantized included: vllm#49224 notes dense FP8 models moved to MRV2 with
     0.25); 0.29+ every model. Features MRV2 lacks (LoRA, some speculative
     methods, KV connectors) fall back to MRV1; they are not inputs here.
+    Not settled by the sources read: later 0.23/0.24 allow-lists also name
+    Qwen2MoeForCausalLM, DeepseekV2ForCausalLM and GraniteMoeForCausalLM
+    (vllm#42667) next to an ``is_moe`` exclusion; MoE models are taken to
+    stay on MRV1 until 0.29.
     """
     kind = rules.mrv2_default
     if kind == "all":
