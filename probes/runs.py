@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from inferwise.calculators.errors import InputError
-from inferwise.probes.summary import ProbeSummary
+from inferwise.probes.summary import SLO_KEYS, ProbeSummary
 
 
 def _run_id_field() -> Any:
@@ -441,7 +441,7 @@ class CompareRunsResult(BaseModel):
 
 
 _PERCENTILES = (50.0, 95.0, 99.0)
-_LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+_LATENCIES = SLO_KEYS  # the per-request latency metrics, each of which an SLO may target
 _LOAD_KEYS = (
     "concurrency",
     "request_rate",
