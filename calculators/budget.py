@@ -670,9 +670,7 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
     _check_request(req)
     model = StepModel.from_deployment(req)
     if not req.agent_steps:
-        from .predict import _model_max_len
-
-        check_lengths(req, req.max_model_len or _model_max_len(req))
+        check_lengths(req)
     wl = _Workload(req)
     costs = _Costs(req)
     assumptions = [

@@ -227,8 +227,10 @@ def _dist(values: Any) -> dict[str, float]:
     }
 
 
-def check_lengths(req: Any, max_model_len: int | None) -> None:
-    """A request longer than the context window can never be served."""
+def check_lengths(req: Any) -> None:
+    """A request longer than the context window (max_model_len, by default the model's
+    own) can never be served."""
+    max_model_len = req.max_model_len or _model_max_len(req)
     if max_model_len is None:
         return
     longest_in = req.input_tokens_p95 or req.input_tokens
@@ -345,7 +347,7 @@ def predict_performance(req: PredictRequest) -> PredictResult:
     from .roofline import StepModel
 
     model = StepModel.from_deployment(req)
-    check_lengths(req, req.max_model_len or _model_max_len(req))
+    check_lengths(req)
     assumptions: list[str] = []
     warnings: list[str] = []
     if req.concurrency is None and req.request_rate is None:
