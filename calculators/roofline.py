@@ -559,20 +559,10 @@ def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[
 
 
 def _fit_without_suggestions(req: Any) -> Any:
-    """The fit result without its what-if alternatives (80 % of its cost).
+    """The fit result without its what-if alternatives (most of a fit's cost)."""
+    from .fit import estimate_fit
 
-    Uses the fit module's internal entry point when present; the public
-    ``estimate_fit`` gives the same capacity, only slower.
-    """
-    from . import fit as fit_module
-
-    estimate = getattr(fit_module, "_estimate", None)
-    if estimate is not None:
-        try:
-            return estimate(req, with_suggestions=False)
-        except TypeError:  # signature changed: fall back to the public API
-            pass
-    return fit_module.estimate_fit(req)
+    return estimate_fit(req, with_suggestions=False)
 
 
 def engine_limits(dep: Deployment, fit: Any = None, gpu: Any = None) -> tuple[int, int]:
