@@ -280,13 +280,13 @@ class BudgetResult(BaseModel):
     checks: list[Check]
     why: list[str] = Field(description="For each missed target: by how much and where.")
     max_rate_under_slo: float | None = Field(
-        description="Highest arrival rate (req/s per replica) whose simulated percentiles meet every target; 0 when none does; null in concurrency mode."
+        description="Highest arrival rate (req/s per replica; tasks/s with agent_steps) whose simulated percentiles meet every target; 0 when none does; null in concurrency mode."
     )
     max_concurrency_under_slo: int | None = Field(
         default=None, description="Concurrency mode: the highest concurrency meeting every target."
     )
     saturation_request_rate: float = Field(
-        description="Rate at which one replica saturates (queue grows without bound)."
+        description="Rate at which one replica saturates (queue grows without bound); tasks/s with agent_steps."
     )
     replicas_needed: int | None = Field(
         description="Replicas for request_rate x peak_to_mean at max_rate_under_slo each; null when no rate meets the targets."
@@ -845,20 +845,25 @@ def _meets(
 def _max_rate(
     req: BudgetRequest, model: Any, wl: _Workload, costs: _Costs, saturation: float
 ) -> float:
-    """Bisection on the (LLM-call) arrival rate; ~10 simulations."""
+    """Bisection on the (LLM-call) arrival rate; ~10 simulations.
+
+    The answer never exceeds ``saturation``: above it the queue grows for as
+    long as the load lasts, so a minute-long simulation that still meets the
+    targets there only means the queue had not grown long enough yet.
+    """
     hi = max(saturation, 1e-6) * 1.05
     lo = hi * 1e-3
     if not _meets(req, model, wl, costs, lo, None):
         return 0.0
     if _meets(req, model, wl, costs, hi, None):
-        return hi
+        return min(hi, saturation)
     for _ in range(9):
         mid = math.sqrt(lo * hi) if hi / lo > 4 else (lo + hi) / 2
         if _meets(req, model, wl, costs, mid, None):
             lo = mid
         else:
             hi = mid
-    return lo
+    return min(lo, saturation)
 
 
 def _max_concurrency(req: BudgetRequest, model: Any, wl: _Workload, costs: _Costs) -> int:

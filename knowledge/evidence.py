@@ -33,7 +33,7 @@ from inferwise.knowledge.sizing import (
     run_predict,
 )
 from inferwise.knowledge.vocabulary import SYMPTOMS
-from inferwise.knowledge.workload import Workload
+from inferwise.knowledge.workload import Slo, Workload
 
 LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 PCTS = ("p50", "p90", "p95", "p99")
@@ -138,11 +138,37 @@ def load_run(run_id: str, db: str | None) -> dict[str, Any]:
     }
 
 
+def _with_run_slo(workload: Workload, run: dict[str, Any]) -> Workload:
+    """The probe's --slo limits stand in for latency targets the workload does not state.
+
+    A probe SLO is a per-request limit; it is read as the p95 target, as the probe's goodput
+    report and the demo's plan read it. Without this, a run probed with --slo is judged against
+    generic thresholds and planned with "no targets stated"."""
+    limits = {
+        m: float(v)
+        for m, v in ((run.get("config") or {}).get("slo") or {}).items()
+        if m in LATENCY_METRICS and isinstance(v, (int, float))
+    }
+    slo = workload.slo.model_dump(exclude_none=True) if workload.slo else {}
+    added = {m: {"p95": v} for m, v in limits.items() if not slo.get(m)}
+    if not added:
+        return workload
+    return workload.model_copy(update={"slo": Slo.model_validate({**slo, **added})})
+
+
 def _run_facts(a: Analysis, run: dict[str, Any]) -> None:
     """Fill observations.* the workload lacks from the run, and add run.* facts."""
     s = run.get("summary") or {}
     src = "measured"
     note = f"probe run {run['run_id']}"
+    run_model = (run.get("labels") or {}).get("model")
+    deployment = a.workload.deployment
+    if run_model and deployment is not None and deployment.model and run_model != deployment.model:
+        a.notes.append(
+            f"Probe run {run['run_id']} measured model {run_model!r}, the workload deploys "
+            f"{deployment.model!r}: its measurements fill what the workload does not state, "
+            "so check that they describe the same deployment."
+        )
     obs = a.workload.observations
     for metric in LATENCY_METRICS:
         if obs is not None and getattr(obs, metric) is not None:
@@ -789,11 +815,13 @@ def _symptoms(a: Analysis) -> None:
 def analyse(workload: Workload, run_id: str | None = None, db: str | None = None) -> Analysis:
     """Everything the rules need, in dependency order: stated and measured values first,
     then the catalog, then the calculators (which need lengths), then ratios and symptoms."""
-    a = Analysis(workload=workload)
+    run = load_run(run_id, db) if run_id else None
+    if run is not None:
+        workload = _with_run_slo(workload, run)
+    a = Analysis(workload=workload, run=run)
     _workload_facts(a)
-    if run_id:
-        a.run = load_run(run_id, db)
-        _run_facts(a, a.run)
+    if run is not None:
+        _run_facts(a, run)
     _lengths(a)
     _deployment_derived(a)
     _observation_derived(a)

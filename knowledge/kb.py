@@ -234,6 +234,14 @@ def get_document(doc_id: str) -> Document:
     key = doc_id.strip().lower()
     if key in docs:
         return docs[key]
+    holders = [d.id for d in docs.values() if key in d.playbooks]
+    if holders:  # plans name playbooks; point at the document that describes them
+        raise InputError(
+            "id",
+            f"{doc_id!r} is a playbook, described in document {holders[0]!r}: "
+            f"`inferwise kb show {holders[0]}`",
+            ", ".join(docs),
+        )
     closest = difflib.get_close_matches(key, list(docs), n=3, cutoff=0.6)
     if not closest:
         words = _query_words(key.replace("-", " ").replace("_", " "))

@@ -631,7 +631,10 @@ def compare_runs(req: CompareRunsRequest) -> CompareRunsResult:
     from inferwise.probes.store import RunStore
 
     with RunStore(req.db, create=req.db is None) as store:
-        ids = [store.resolve(r) for r in req.run_ids]
+        try:
+            ids = [store.resolve(r) for r in req.run_ids]
+        except InputError as exc:  # name the argument the caller gave (run_ids), not the store's
+            raise InputError("run_ids", exc.message, exc.accepted) from None
         if len(set(ids)) != len(ids):
             raise InputError(
                 "run_ids", "the same run is listed twice", "distinct run ids, baseline first"

@@ -1,0 +1,170 @@
+"""Regressions found by following the README as a new user (one test per bug fixed)."""
+
+from __future__ import annotations
+
+from inferwise.calculators.budget import BudgetRequest, decompose_budget
+
+
+def test_max_rate_under_slo_never_exceeds_saturation():
+    """A loose TTFT-only target is met up to the search's upper bound (1.05 x
+    saturation) in a minute-long simulation; the answer must still not claim
+    more than one replica sustains."""
+    res = decompose_budget(
+        BudgetRequest(
+            model="meta-llama/Llama-3.1-8B-Instruct",
+            gpu="h100-sxm-80gb",
+            input_tokens=1500,
+            output_tokens=250,
+            request_rate=5,
+            slo_ttft_ms={"p95": 800},
+        )
+    )
+    assert res.max_rate_under_slo is not None and res.max_rate_under_slo > 0
+    assert res.max_rate_under_slo <= res.saturation_request_rate
+
+
+def test_compare_runs_unknown_id_names_the_run_ids_argument(tmp_path):
+    """MCP callers pass `run_ids`; an error about `run_id` names an argument compare_runs lacks."""
+    import pytest
+
+    from inferwise.calculators.errors import InputError
+    from inferwise.probes.records import RequestRecord
+    from inferwise.probes.runs import CompareRunsRequest, compare_runs
+    from inferwise.probes.store import RunStore
+
+    db = tmp_path / "runs.db"
+    with RunStore(db) as store:
+        run_id = store.create_run(labels={}, config={"concurrency": 1, "requests": 1}, meta={})
+        store.add_requests(
+            run_id,
+            [RequestRecord(index=0, ok=True, start_s=0.0, first_token_s=0.1, end_s=0.2)],
+        )
+        store.finish_run(run_id, "complete")
+    with pytest.raises(InputError) as err:
+        compare_runs(CompareRunsRequest(run_ids=[run_id, "20990101-000000-dead"], db=str(db)))
+    assert err.value.field == "run_ids"
+
+
+def test_kb_show_of_a_playbook_id_names_the_document_that_holds_it():
+    """Plans list playbook ids (`max_num_seqs_tuning`); `kb show` of one should lead to its document."""
+    import pytest
+
+    from inferwise.calculators.errors import InputError
+    from inferwise.knowledge.kb import get_document, list_documents
+
+    holder = next(d for d in list_documents() if get_document(d.id).playbooks)
+    playbook = get_document(holder.id).playbooks[0]
+    with pytest.raises(InputError, match=f"kb show {holder.id}"):
+        get_document(playbook)
+
+
+def _store_slow_ttft_run(db, **labels: str) -> str:
+    """A stored probe run with TTFT ~1.2 s whose probe was given --slo ttft_ms=800."""
+    from inferwise.probes.records import RequestRecord
+    from inferwise.probes.store import RunStore
+    from inferwise.probes.summary import summarize
+
+    records = []
+    for i in range(30):
+        start = i * 2.0
+        times = [start + 1.2 + 0.02 * k for k in range(20)]
+        records.append(
+            RequestRecord(
+                index=i,
+                ok=True,
+                start_s=start,
+                first_byte_s=start + 0.001,
+                first_token_s=times[0],
+                end_s=times[-1] + 0.001,
+                input_tokens=500,
+                output_tokens=20,
+                chunk_times_s=times,
+                chunk_tokens=[1] * 20,
+            )
+        )
+    with RunStore(db) as store:
+        run_id = store.create_run(
+            labels=labels,
+            config={"concurrency": 1, "requests": 30, "slo": {"ttft_ms": 800.0}},
+            meta={},
+        )
+        store.add_requests(run_id, records)
+        store.finish_run(run_id, "complete", summarize(records, slo={"ttft_ms": 800.0}))
+    return run_id
+
+
+def test_diagnose_and_plan_of_a_run_use_the_probes_slo(tmp_path):
+    """`diagnose --run` / `plan --run` without a workload judged a run probed with --slo against
+    generic thresholds ("no SLO given") and planned with "no targets stated"."""
+    from inferwise.knowledge.diagnosis import DiagnoseRequest, diagnose
+    from inferwise.knowledge.planning import PlanRequest, plan_experiments
+
+    db = str(tmp_path / "runs.db")
+    run_id = _store_slow_ttft_run(db)
+    found = diagnose(DiagnoseRequest(run=run_id, db=db))
+    ttft = next(s for s in found.symptoms if s.id == "ttft_high")
+    assert "target 800" in ttft.basis
+    planned = plan_experiments(PlanRequest(run=run_id, db=db))
+    assert [(t.metric, t.value) for t in planned.targets if t.metric.startswith("ttft")] == [
+        ("ttft_ms.p95", 800.0)
+    ]
+
+
+def test_a_run_of_another_model_than_the_workloads_is_noted(tmp_path):
+    """The walkthrough pairs a workload (70B in production) with a probe run (8B on the sim):
+    the run's numbers fill the workload's gaps, so the mix must be said."""
+    from inferwise.knowledge.diagnosis import DiagnoseRequest, diagnose
+
+    db = str(tmp_path / "runs.db")
+    run_id = _store_slow_ttft_run(db, model="meta-llama/Llama-3.1-8B-Instruct")
+    workload = {"deployment": {"model": "meta-llama/Llama-3.3-70B-Instruct", "gpu": "h100"}}
+    found = diagnose(DiagnoseRequest(workload=workload, run=run_id, db=db))
+    assert any("meta-llama/Llama-3.1-8B-Instruct" in n and "70B" in n for n in found.notes)
+    same = {"deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100"}}
+    found = diagnose(DiagnoseRequest(workload=same, run=run_id, db=db))
+    assert not any("measured model" in n for n in found.notes)
+
+
+def test_diagnose_facts_table_keeps_the_decimal_of_a_rate_above_ten(capsys):
+    """The facts table printed 18.5 req/s as `18` (no decimals at or above 10) while the probe
+    command beside it said 18.5."""
+    from pathlib import Path
+
+    from inferwise.server.cli import main
+
+    workload = Path(__file__).parent.parent / "examples/workloads/offline-batch-summarisation.toml"
+    assert main(["diagnose", "--workload", str(workload)]) == 0
+    out = capsys.readouterr().out
+    assert "| `derived.peak_rate_rps` | 18.5 |" in out
+
+
+def test_predict_shows_the_same_kv_cache_tokens_as_fit_and_formatted_alike(capsys):
+    """predict's engine-step table printed `453008` where fit prints `453,008`."""
+    import json
+
+    from inferwise.server.cli import main
+
+    args = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100"]
+    assert main(["fit", *args, "--json"]) == 0
+    tokens = json.loads(capsys.readouterr().out)["kv_cache_tokens"]
+    assert main(["predict", *args, "--concurrency", "4", "--num-requests", "40"]) == 0
+    out = capsys.readouterr().out
+    assert f"| KV cache (tokens) · peak use | {tokens:,} · " in out
+
+
+def test_agentic_budget_says_which_rates_are_tasks_and_which_llm_calls(capsys):
+    """With --agent-steps the design load is in LLM calls/s while the highest rate and the
+    saturation are per task; all three were printed as "requests/s"."""
+    from inferwise.server.cli import main
+
+    steps = (
+        '[{"name":"plan","input_tokens":1000,"output_tokens":100},'
+        '{"name":"answer","input_tokens":2000,"output_tokens":200}]'
+    )
+    argv = ["budget", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100"]
+    argv += ["--request-rate", "1", "--slo-e2e-ms", "p95=30000", "--agent-steps", steps]
+    assert main([*argv, "--num-requests", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "2.00 LLM calls/s = 1.00 tasks/s" in out
+    assert "tasks/s per replica** (saturation at" in out
+    assert "requests/s" not in out.split("### Agentic task")[0]
