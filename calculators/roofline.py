@@ -203,6 +203,8 @@ class StepModel:
     enforce_eager: bool = False
     notes: tuple[str, ...] = field(default=())
     """Assumptions made while building the model (shown to the user)."""
+    max_model_len: int | None = None
+    """The context window as the fit resolved it (the model's own unless set)."""
 
     # ------------------------------------------------------------------ core arithmetic
 
@@ -520,6 +522,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         max_num_batched_tokens=int(cap["max_num_batched_tokens"]),
         enforce_eager=dep.enforce_eager,
         notes=tuple(notes),
+        max_model_len=cap["max_model_len"],
     )
 
 
@@ -554,6 +557,7 @@ def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[
         "kv_bytes_per_token": float(kv.total),
         "max_num_seqs": seqs,
         "max_num_batched_tokens": batched,
+        "max_model_len": int(fit.max_model_len) if fit.max_model_len else None,
         "notes": list(kv.notes),
     }
 

@@ -89,7 +89,8 @@ class SimConfig(BaseModel):
     max_model_len: int | None = Field(
         default=None,
         ge=16,
-        description="Longest prompt + output in tokens the server accepts; default 32768.",
+        description="Longest prompt + output in tokens the server accepts; default: with --model "
+        "the context window the memory fit resolves (the model's own, as vLLM does), else 32768.",
     )
     max_num_seqs: int | None = Field(
         default=None,
@@ -244,6 +245,7 @@ def build_app(config: SimConfig) -> Any:
     from inferwise.probes.sim_http import SimApp, SimSettings
 
     timing: Any
+    max_model_len = config.max_model_len
     max_num_seqs = config.max_num_seqs or 16
     kv_capacity = config.kv_capacity_tokens
     batched = config.max_num_batched_tokens
@@ -257,11 +259,12 @@ def build_app(config: SimConfig) -> Any:
         max_num_seqs = int(step.max_num_seqs)
         kv_capacity = int(step.kv_capacity_tokens)
         batched = int(step.max_num_batched_tokens)
+        max_model_len = max_model_len or step.max_model_len
     else:
         timing = FixedTiming(config.ttft_ms, config.itl_ms, config.itl_per_seq_ms)
     # SimSettings is the HTTP side's share of SimConfig, under the same names
     shared = {f.name: getattr(config, f.name) for f in dataclasses.fields(SimSettings)}
-    settings = SimSettings(**{**shared, "max_model_len": config.max_model_len or 32768})
+    settings = SimSettings(**{**shared, "max_model_len": max_model_len or 32768})
 
     def engine_factory() -> SimEngine:
         return SimEngine(

@@ -201,17 +201,55 @@ def _add_tool(server: Any, tool_name: str, op: Operation, policy: Any) -> None:
 
 
 @functools.cache
+def _checked_server_class() -> type:
+    """MCPServer that refuses argument names a tool does not have and words argument
+    validation errors as the CLI does, in one line.
+
+    The SDK's own argument model ignores unknown names (a caller's `tp=2` would silently
+    run with tensor_parallel_size 1) and answers a constraint violation with pydantic's
+    multi-line text and a documentation link.
+    """
+    from mcp.server import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+    from pydantic import ValidationError
+
+    class CheckedArgumentsServer(MCPServer):
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            op = BY_TOOL.get(name)
+            if op is not None:
+                accepted = list(_exposed_fields(op))
+                unknown = sorted(set(arguments or {}) - set(accepted))
+                if unknown:
+                    raise ToolError(
+                        f"Error executing tool {name}: unknown argument(s) "
+                        f"{', '.join(repr(u) for u in unknown)} (accepted: {', '.join(accepted)})"
+                    )
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                cause = exc.__cause__
+                if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                    raise
+                from inferwise.server.cli import validation_message  # only on this error path
+
+                raise ToolError(
+                    f"Error executing tool {name}: {validation_message(None, cause, flag_style=False)}"
+                ) from cause
+
+    return CheckedArgumentsServer
+
+
+@functools.cache
 def _lazy_server_class() -> type:
     """MCPServer whose tools are built on first use (see ``mcp_tool_cache``).
 
     Defined on demand because importing the SDK is most of start-up.
     """
-    from mcp.server import MCPServer
     from mcp_types import Tool as MCPTool
 
     from inferwise.server import mcp_tool_cache
 
-    class LazyToolsServer(MCPServer):
+    class LazyToolsServer(_checked_server_class()):  # type: ignore[misc]
         """Builds a tool when it is first called; lists from the disk cache while it is current.
 
         Everything else, and every tool once built, is the SDK's own behaviour.
@@ -271,11 +309,9 @@ def build_server(log_level: str = "WARNING", lazy_tools: bool = False) -> Any:
     """
     from importlib.metadata import version
 
-    from mcp.server import MCPServer
-
     from inferwise.server import mcp_content
 
-    cls = _lazy_server_class() if lazy_tools else MCPServer
+    cls = _lazy_server_class() if lazy_tools else _checked_server_class()
     server = cls(
         name="inferwise",
         title="inferwise: measured LLM inference advice",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from inferwise.calculators.budget import BudgetRequest, decompose_budget
 
 
@@ -168,3 +170,54 @@ def test_agentic_budget_says_which_rates_are_tasks_and_which_llm_calls(capsys):
     assert "2.00 LLM calls/s = 1.00 tasks/s" in out
     assert "tasks/s per replica** (saturation at" in out
     assert "requests/s" not in out.split("### Agentic task")[0]
+
+
+def test_sim_of_a_model_accepts_the_context_window_fit_and_predict_assume():
+    """`inferwise sim --model ...` reported and enforced max_model_len 32768 while its KV cache,
+    batch limits and step times follow the fit at the model's own window (131,072 for Llama
+    3.1): the engine a probe measured was not the one fit/predict describe."""
+    import httpx
+
+    from inferwise.calculators.fit import FitRequest, estimate_fit
+    from inferwise.probes.sim import SimServer
+
+    cfg = dict(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm-80gb")
+    window = estimate_fit(FitRequest(**cfg), with_suggestions=False).max_model_len
+    assert window > 32768
+    with SimServer(**cfg) as sim:
+        listed = httpx.get(sim.base_url + "/v1/models", timeout=10).json()["data"][0]
+    assert listed["max_model_len"] == window
+    with SimServer(**cfg, max_model_len=4096) as sim:  # an explicit flag still wins
+        listed = httpx.get(sim.base_url + "/v1/models", timeout=10).json()["data"][0]
+    assert listed["max_model_len"] == 4096
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_mcp_refuses_unknown_arguments_and_words_constraint_errors_in_one_line(lazy) -> None:
+    """An MCP caller's misspelt `tp=2` ran silently with tensor_parallel_size 1 (the SDK's
+    argument model drops unknown names); a constraint violation came back as pydantic's
+    multi-line text with a documentation link."""
+    import asyncio
+
+    from mcp.client import Client
+
+    from inferwise.server import mcp_server
+
+    fit = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
+
+    async def calls():
+        async with Client(mcp_server.build_server(lazy_tools=lazy)) as client:
+            typo = await client.call_tool("estimate_memory_fit", {**fit, "tp": 2})
+            over = await client.call_tool(
+                "estimate_memory_fit", {**fit, "gpu_memory_utilization": 2}
+            )
+            good = await client.call_tool("estimate_memory_fit", {**fit, "tensor_parallel_size": 2})
+            return typo, over, good
+
+    typo, over, good = asyncio.run(calls())
+    assert typo.is_error and "'tp'" in typo.content[0].text
+    assert "tensor_parallel_size" in typo.content[0].text
+    text = over.content[0].text
+    assert over.is_error and "gpu_memory_utilization" in text
+    assert "\n" not in text and "errors.pydantic.dev" not in text
+    assert not good.is_error and good.structured_content["tensor_parallel_size"] == 2
