@@ -387,11 +387,23 @@ def serve(config: MCPConfig) -> int:
     if config.transport == "stdio":
         build_server(config.log_level, lazy_tools=True).run("stdio")
         return 0
+    import socket
+
     import anyio
     import uvicorn
 
     app = http_app(config)
+    # Bind before announcing: a port in use is the caller's to fix (exit 2, one line), not a
+    # "serving on" line followed by uvicorn's error and its exit code 3.
+    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError as exc:
+        sock.close()
+        raise InputError("port", f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
     sys.stderr.write(f"inferwise MCP (streamable HTTP) on http://{config.host}:{config.port}/mcp\n")
     uv = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower()))
-    anyio.run(uv.serve)
+    anyio.run(functools.partial(uv.serve, sockets=[sock]))
     return 0

@@ -221,3 +221,19 @@ def test_mcp_refuses_unknown_arguments_and_words_constraint_errors_in_one_line(l
     assert over.is_error and "gpu_memory_utilization" in text
     assert "\n" not in text and "errors.pydantic.dev" not in text
     assert not good.is_error and good.structured_content["tensor_parallel_size"] == 2
+
+
+def test_mcp_http_on_a_port_in_use_is_a_one_line_usage_error(capsys) -> None:
+    """It printed "inferwise MCP (streamable HTTP) on ..." and then uvicorn's bind error, exit 3."""
+    import socket
+
+    from inferwise.server.cli import main
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        assert main(["mcp", "--transport", "http", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot listen on 127.0.0.1" in err and "streamable HTTP) on" not in err
+    assert len(err.strip().splitlines()) == 1
