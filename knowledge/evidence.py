@@ -316,9 +316,10 @@ def _slot_facts(
     cfg = run.get("config") or {}
     client = cfg.get("concurrency") if not cfg.get("request_rate") else None
     run_max = max(v for _, v in running)
+    if client:
+        a.put("run.metric.client_concurrency", int(client), "measured", note + " (probe setting)")
     if client and run_max >= float(client):
         a.put("run.metric.client_limited", True, "derived", note)
-        a.put("run.metric.client_concurrency", int(client), "measured", note + " (probe setting)")
     cap, basis = _slot_limit(a, run)
     queued = [r for t, r in running if waiting.get(t, 0) >= 1]
     if cap is not None:
@@ -326,6 +327,11 @@ def _slot_facts(
         a.put("run.metric.slot_limit_basis", basis, "derived")
         busy = _median(queued) if queued else run_max
         a.put("run.metric.slots_full", busy >= 0.95 * cap, "derived", note)
+        # A closed loop that keeps more requests in flight than the engine has slots makes
+        # the difference wait at every moment: queueing by construction, however short the
+        # run (a short run's scrapes can miss most of the queue).
+        if client and float(client) > cap and busy >= 0.95 * cap:
+            a.put("run.metric.queued_by_design", float(client) - cap, "derived", note)
         return
     # No stated limit: a plateau (most scrapes at the maximum) with a standing queue, and the
     # probe offering more than the plateau, shows where the engine stops admitting.

@@ -169,3 +169,33 @@ def test_slot_count_reported_by_the_server_counts_as_the_limit() -> None:
     assert cap == 4 and "llama.cpp" in basis
     cap, _ = _slot_limit(_A(), {"meta": {}, "labels": {"slots": "8"}})
     assert cap == 8
+
+
+def test_closed_loop_beyond_the_known_slots_is_queueing_even_when_scrapes_miss_the_queue(
+    tmp_path: Path,
+) -> None:
+    """8 clients against 4 slots: 4 wait at every moment. A short run's scrapes may see the queue
+    only now and then (median 0); the structural queue must still lead, not a 'no backlog' verdict."""
+    db = tmp_path / "runs.db"
+    run_id = _store(
+        db,
+        running=[4.0] * 10,
+        waiting=[4, 0, 0, 0, 0, 0, 3, 0, 0, 0],
+        concurrency=8,
+        labels={"slots": "4"},
+        ttft_s=0.6,
+    )
+    result = diagnose(DiagnoseRequest(run=run_id, db=str(db)))
+    assert result.hypotheses and result.hypotheses[0].id == "queueing", result.summary
+    assert any("wait for a slot at any moment" in e for e in result.hypotheses[0].evidence)
+
+
+def test_gpu_util_low_symptom_without_a_figure_leaves_no_placeholder() -> None:
+    import json
+
+    for cpu in (0.0, 0.95):
+        workload = {"symptoms": ["gpu_util_low"], "observations": {"cpu_util": cpu}}
+        result = diagnose(DiagnoseRequest(workload=json.dumps(workload)))
+        text = " ".join(e for h in result.hypotheses for e in h.evidence)
+        assert "reported low (symptom, no figure given)" in text
+        assert "(?)" not in text and " ? " not in text
