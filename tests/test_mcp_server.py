@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import socket
 import sys
 import threading
@@ -15,6 +16,9 @@ import pytest
 
 from inferwise.server import mcp_server
 from inferwise.server.registry import BY_TOOL
+
+# made per test session: no token-looking literal in the source
+TOKEN = secrets.token_urlsafe(18)
 
 FIT = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
 WORKLOAD = {
@@ -207,7 +211,7 @@ def http_server(tmp_path, monkeypatch):
     import uvicorn
 
     monkeypatch.setenv("INFERWISE_DB", str(tmp_path / "runs.db"))
-    monkeypatch.setenv("TEST_MCP_TOKEN", "s3cret-token-for-tests")
+    monkeypatch.setenv("TEST_MCP_TOKEN", TOKEN)
     port = _free_port()
     config = mcp_server.MCPConfig(transport="http", port=port, token_env="TEST_MCP_TOKEN")
     app = mcp_server.http_app(config)
@@ -230,7 +234,7 @@ def test_http_smoke_with_token(http_server, mode) -> None:
     async def go():
         import httpx2
 
-        headers = {"Authorization": "Bearer s3cret-token-for-tests"}
+        headers = {"Authorization": f"Bearer {TOKEN}"}
         async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
             transport = streamable_http_client(http_server, http_client=http)
             async with Client(transport, mode=mode) as client:
@@ -245,7 +249,7 @@ def test_http_refuses_foreign_host_and_missing_token(http_server) -> None:
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     no_token = httpx.post(http_server, json=body, headers=headers, timeout=10)
     assert no_token.status_code == 401
-    auth = {**headers, "Authorization": "Bearer s3cret-token-for-tests"}
+    auth = {**headers, "Authorization": f"Bearer {TOKEN}"}
     foreign = httpx.post(http_server, json=body, headers={**auth, "Host": "evil.example:80"}, timeout=10)
     assert foreign.status_code in (403, 421)
 
