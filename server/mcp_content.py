@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 INSTRUCTIONS = """\
@@ -18,6 +20,20 @@ assumptions: say which numbers are measured, computed or assumed when you report
 
 def _json(data: Any) -> str:
     return json.dumps(data, indent=2, default=str)
+
+
+@contextlib.contextmanager
+def _unknown_id_as_resource_error() -> Iterator[None]:
+    """A template resource read with an id we don't know is the reader's error: the SDK reports
+    ResourceError to the client as it is, where anything else would become a generic failure."""
+    from mcp.server.mcpserver.exceptions import ResourceError
+
+    from inferwise.calculators.errors import InputError
+
+    try:
+        yield
+    except InputError as exc:
+        raise ResourceError(str(exc)) from None
 
 
 def register_resources(server: Any) -> None:
@@ -41,15 +57,10 @@ def register_resources(server: Any) -> None:
         mime_type="text/markdown",
     )
     def knowledge_document(doc_id: str) -> str:
-        from mcp.server.mcpserver.exceptions import ResourceError
-
-        from inferwise.calculators.errors import InputError
         from inferwise.knowledge.kb import get_document
 
-        try:
+        with _unknown_id_as_resource_error():
             doc = get_document(doc_id)
-        except InputError as exc:
-            raise ResourceError(str(exc)) from None
         return f"# {doc.title}\n\n{doc.body_markdown}"
 
     @server.resource(
@@ -108,15 +119,10 @@ def register_resources(server: Any) -> None:
         mime_type="application/json",
     )
     def run_detail(run_id: str) -> str:
-        from mcp.server.mcpserver.exceptions import ResourceError
-
-        from inferwise.calculators.errors import InputError
         from inferwise.probes.runs import ShowRunRequest, show_run
 
-        try:
+        with _unknown_id_as_resource_error():
             return show_run(ShowRunRequest(run_id=run_id)).model_dump_json(indent=2)
-        except InputError as exc:
-            raise ResourceError(str(exc)) from None
 
 
 def register_prompts(server: Any) -> None:
