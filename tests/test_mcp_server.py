@@ -299,3 +299,25 @@ def test_cancelled_probe_keeps_the_finished_requests_as_interrupted(server, tmp_
         (stored,) = store.list_runs()
         assert stored.status == "interrupted"
         assert 2 <= len(store.requests(stored.run_id)) < 200
+
+
+def test_unknown_resource_ids_are_errors_that_name_the_closest_match(server) -> None:
+    from mcp.client import Client
+    from mcp.shared.exceptions import MCPError
+
+    async def read_error(uri) -> str:
+        try:
+            async with Client(server) as client:
+                await client.read_resource(uri)
+        except MCPError as exc:
+            return str(exc)
+        except BaseExceptionGroup as group:  # the in-process client nests it in task groups
+            found = group.subgroup(MCPError)
+            assert found is not None, repr(group)
+            while isinstance(found, BaseExceptionGroup):
+                found = found.exceptions[0]
+            return str(found)
+        raise AssertionError(f"{uri} was read")
+
+    assert "closest: speculative-decoding" in run(read_error("inferwise://knowledge/spec-decoding"))
+    assert "unknown run" in run(read_error("inferwise://runs/no-such-run"))
