@@ -23,12 +23,13 @@ Stdlib only (imported by the MCP server at start-up).
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import InputError
+from .files import loads_json
 
 LayerKind = Literal["full", "sliding", "mla"]
 """Attention of one decoder layer: ``full`` (causal, whole context),
@@ -222,6 +223,27 @@ class ModelArchitecture:
 # --------------------------------------------------------------------------- reading fields
 
 
+MAX_CONFIG_INT = 1 << 40
+"""Above any count a config states (tokens, parameters per layer, ...)."""
+CONFIG_INT_LIMITS = {
+    "num_hidden_layers": 1024,
+    "num_attention_heads": 16384,
+    "num_key_value_heads": 16384,
+    "hidden_size": 1 << 20,
+    "head_dim": 1 << 14,
+    "vocab_size": 1 << 24,
+    "max_position_embeddings": 1 << 30,
+    "intermediate_size": 1 << 22,
+    "moe_intermediate_size": 1 << 22,
+    "num_experts": 1 << 16,
+    "n_routed_experts": 1 << 16,
+    "num_local_experts": 1 << 16,
+}
+"""Fields whose size scales the work of a fit (per-layer tables, per-expert sums): the
+largest real values are far below these (Llama-3.1-405B: 126 layers; Llama 4 Scout: a
+10M-token window), and a billion layers would only exhaust memory."""
+
+
 class _Reader:
     """Typed access to a config dict that names the missing field on failure."""
 
@@ -239,15 +261,23 @@ class _Reader:
                 if (
                     isinstance(value, bool)
                     or not isinstance(value, (int, float))
+                    or not math.isfinite(value)
                     or value != int(value)
                 ):
                     raise InputError(
                         "model",
-                        f"config field '{self.where}{k}' must be an integer, got {value!r}",
+                        f"config field '{self.where}{k}' must be an integer, got {_clip(value)}",
                     )
                 if int(value) < 0:
                     raise InputError(
                         "model", f"config field '{self.where}{k}' must not be negative"
+                    )
+                limit = CONFIG_INT_LIMITS.get(k, MAX_CONFIG_INT)
+                if int(value) > limit:
+                    raise InputError(
+                        "model",
+                        f"config field '{self.where}{k}' is {_clip(value)}; no real model "
+                        f"has more than {limit:,}",
                     )
                 return int(value)
         if default is not None:
@@ -278,13 +308,20 @@ class _Reader:
 
 
 def _parse_override(value: Any) -> Any:
-    """CLI overrides arrive as strings; JSON gives them their type."""
+    """CLI overrides arrive as strings; JSON gives them their type (strictly: `1e309`,
+    NaN or a 5,000-digit integer stay the string they were, and are refused as such)."""
     if not isinstance(value, str):
         return value
     try:
-        return json.loads(value)
-    except json.JSONDecodeError:
+        parsed = loads_json(value, "hf_overrides")
+    except InputError:
         return value
+    return value if isinstance(parsed, float) and not math.isfinite(parsed) else parsed
+
+
+def _clip(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import deadline
+
 if TYPE_CHECKING:  # pragma: no cover
     from .roofline import StepModel
 
@@ -194,7 +196,11 @@ def simulate(
                 generated[i] = outl[i]
                 finish(i, now)
 
+    loops = 0
     while finished + rejected < n and steps < max_steps:
+        loops += 1
+        if not loops & 511:
+            deadline.check()
         # Arrivals up to now join the queue.
         while arr_i < len(arrivals) and arrivals[arr_i] <= t:
             waiting.append(arr_i)

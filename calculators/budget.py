@@ -39,9 +39,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .bounds import (
+    MAX_BURSTINESS,
+    MAX_SEED,
+    MAX_SLO_MS,
+    MIN_BURSTINESS,
+    check_rate,
+    check_slo_ms,
+)
 from .deployment import Deployment
 from .errors import InputError
-from .predict import MAX_REQUESTS, Percentiles, check_p95_lengths
+from .predict import MAX_REQUESTS, Percentiles, check_p95_lengths, measured
 
 PERCENTILE_KEYS = ("p50", "p90", "p95", "p99")
 Stage = Literal["queue", "network", "preprocessing", "prefill", "decode", "postprocessing"]
@@ -60,20 +68,33 @@ ENVELOPES: dict[str, tuple[Stage, ...]] = {
 }
 
 
+MAX_AGENT_STEPS = 100
+"""Steps of one agentic task; real agents plan tens at most."""
+
+
 class AgentStep(BaseModel):
     """One step of an agentic task: an LLM call or a tool call."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, description="Step name, shown in the critical path.")
+    name: str = Field(
+        min_length=1, max_length=200, description="Step name, shown in the critical path."
+    )
     kind: Literal["llm", "tool"] = Field(
         default="llm",
         description="llm: a call to this deployment; tool: anything else with a fixed latency.",
     )
-    input_tokens: int | None = Field(default=None, ge=1, description="LLM step: prompt tokens.")
-    output_tokens: int | None = Field(default=None, ge=1, description="LLM step: generated tokens.")
+    input_tokens: int | None = Field(
+        default=None, ge=1, le=2_000_000, description="LLM step: prompt tokens."
+    )
+    output_tokens: int | None = Field(
+        default=None, ge=1, le=1_000_000, description="LLM step: generated tokens."
+    )
     latency_ms: float | None = Field(
-        default=None, ge=0, description="Tool step: latency in ms at the budget percentile."
+        default=None,
+        ge=0,
+        le=MAX_SLO_MS,
+        description="Tool step: latency in ms at the budget percentile.",
     )
     retry_probability: float = Field(
         default=0.0,
@@ -83,6 +104,7 @@ class AgentStep(BaseModel):
     )
     parallel_group: str | None = Field(
         default=None,
+        max_length=200,
         description="Consecutive steps with the same group run in parallel; the slowest is on the critical path.",
     )
 
@@ -125,14 +147,19 @@ class BudgetRequest(Deployment):
         description="Output tokens per request (median when output_tokens_p95 is given).",
     )
     input_tokens_p95: int | None = Field(
-        default=None, ge=1, description="95th percentile prompt tokens (lognormal lengths)."
+        default=None,
+        ge=1,
+        le=2_000_000,
+        description="95th percentile prompt tokens (lognormal lengths).",
     )
     output_tokens_p95: int | None = Field(
-        default=None, ge=1, description="95th percentile output tokens (lognormal lengths)."
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="95th percentile output tokens (lognormal lengths).",
     )
     request_rate: float | None = Field(
         default=None,
-        gt=0,
         description="Mean arrival rate, requests (tasks, with agent_steps) per second.",
     )
     concurrency: int | None = Field(
@@ -148,7 +175,10 @@ class BudgetRequest(Deployment):
         description="Peak over mean load; the budget is checked at rate x peak_to_mean.",
     )
     burstiness: float = Field(
-        default=1.0, gt=0, le=100, description="Gamma shape of arrivals: 1 = Poisson, < 1 burstier."
+        default=1.0,
+        ge=MIN_BURSTINESS,
+        le=MAX_BURSTINESS,
+        description="Gamma shape of arrivals: 1 = Poisson, < 1 burstier.",
     )
     streaming: bool = Field(
         default=True,
@@ -168,12 +198,14 @@ class BudgetRequest(Deployment):
     )
     tokenization_tokens_per_s: float = Field(
         default=500_000.0,
-        gt=0,
+        ge=1,
+        le=1e10,
         description="Tokenizer speed for the prompt, tokens/s (fast HF tokenizer, one core).",
     )
     detokenization_tokens_per_s: float = Field(
         default=1_000_000.0,
-        gt=0,
+        ge=1,
+        le=1e10,
         description="Detokenization speed for non-streamed responses, tokens/s.",
     )
     guardrails_ms: float = Field(
@@ -190,13 +222,19 @@ class BudgetRequest(Deployment):
     )
     agent_steps: list[AgentStep] | None = Field(
         default=None,
+        max_length=MAX_AGENT_STEPS,
         description="Agentic task: ordered steps (LLM calls with their own lengths, tool calls with a latency, "
         "retries with a probability). The e2e target then applies to the whole task.",
     )
     num_requests: int | None = Field(
         default=None, ge=50, le=MAX_REQUESTS, description="Requests to simulate at the design load."
     )
-    seed: int = Field(default=0, ge=0, description="Seed for arrivals and lengths.")
+    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="Seed for arrivals and lengths.")
+
+    @field_validator("request_rate")
+    @classmethod
+    def _rate(cls, v: float | None) -> float | None:
+        return check_rate(v, allow_inf=True)  # inf is refused later with its own advice
 
     @field_validator("slo_e2e_ms", "slo_ttft_ms", "slo_itl_ms")
     @classmethod
@@ -208,9 +246,7 @@ class BudgetRequest(Deployment):
                 raise ValueError(
                     f"unknown percentile '{key}' (accepted: {', '.join(PERCENTILE_KEYS)})"
                 )
-            if not (value > 0) or math.isinf(value):
-                raise ValueError(f"target for {k} must be a positive number of ms, got {value}")
-            out[k] = float(value)
+            out[k] = check_slo_ms(k, value)
         return out
 
     @model_validator(mode="after")
@@ -292,7 +328,9 @@ class BudgetResult(BaseModel):
         description="Replicas for request_rate x peak_to_mean at max_rate_under_slo each; null when no rate meets the targets."
     )
     ttft_ms: Percentiles = Field(description="Client-side TTFT at the design load.")
-    itl_ms: Percentiles
+    itl_ms: Percentiles | None = Field(
+        description="Client-side inter-token latency; null when requests generate one token."
+    )
     e2e_ms: Percentiles = Field(
         description="Client-side end-to-end latency of one request at the design load."
     )
@@ -413,10 +451,12 @@ def _client_metrics(stats: Any, res: Any, costs: _Costs) -> dict[str, Any]:
 
 
 def _itl_pct(m: dict[str, Any], key: str) -> float:
+    """An ITL percentile; 0 when no request has a second token (one-token outputs wait
+    for no gap, so any ITL target is met)."""
     from .batching_sim import weighted_summary
 
     _, (v,) = weighted_summary(m["itl_values"], m["itl_weights"], (float(key[1:]),))
-    return v
+    return v if math.isfinite(v) else 0.0
 
 
 def _checks(req: BudgetRequest, m: dict[str, Any], task_ms: dict[str, float] | None) -> list[Check]:
@@ -803,9 +843,9 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
         max_concurrency_under_slo=max_conc,
         saturation_request_rate=sat.max_requests_per_s / wl.calls_per_task,
         replicas_needed=replicas,
-        ttft_ms=percentiles(m["ttft"]),
+        ttft_ms=measured(percentiles(m["ttft"]), "TTFT"),
         itl_ms=weighted_percentiles(m["itl_values"], m["itl_weights"]),
-        e2e_ms=percentiles(m["e2e"]),
+        e2e_ms=measured(percentiles(m["e2e"]), "end-to-end latency"),
         task=task,
         suggestions=suggestions,
         assumptions=assumptions,

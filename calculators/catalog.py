@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .files import MiB, loads_json, path_exists, read_text
 
 DATA_DIR = Path(__file__).parent / "data"
 GPU_FILE = DATA_DIR / "gpus.toml"
@@ -196,18 +197,12 @@ def get_gpu(name: str) -> GPU:
 # --------------------------------------------------------------------------- models
 
 
+MAX_CONFIG_BYTES = 16 * MiB
+"""config.json files are kilobytes; a safetensors index of a 1T-parameter model is ~2 MiB."""
+
+
 def _read_json(path: Path, field_name: str = "model") -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(field_name, f"cannot read {path}: {exc.strerror or exc}") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            field_name,
-            f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-        ) from exc
+    return loads_json(read_text(path, field_name, MAX_CONFIG_BYTES), field_name, str(path))
 
 
 @lru_cache(maxsize=1)
@@ -378,7 +373,7 @@ def load_model(spec: str, *, fresh: bool = True) -> ModelSource:
         raise InputError("model", "empty model name", accepted="a Hugging Face id or a path")
     is_url = spec.lower().startswith(("https://huggingface.co/", "http://huggingface.co/"))
     path = Path(spec).expanduser()
-    if not is_url and path.exists():
+    if not is_url and path_exists(path):
         return _load_path(path)
 
     by_id, by_name = _model_index()

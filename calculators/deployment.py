@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+MAX_TOKENS = 1 << 30
+"""A bound on any token length or budget: far above the longest context any model has
+(10M tokens), low enough that arithmetic on it stays exact and fast."""
 KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"]
 Dtype = Literal["auto", "bfloat16", "bf16", "float16", "fp16", "half", "float32", "fp32"]
 
@@ -27,11 +30,13 @@ class Deployment(BaseModel):
             "or a path to a config.json or a model folder."
         ),
         min_length=1,
+        max_length=4096,
     )
     gpu: str | None = Field(
         default=None,
         description="GPU type from the catalog (e.g. h100-sxm-80gb, h200, a100-sxm-80gb, l40s, mi300x; "
         "nvidia-smi names work too). Either this or gpu_memory_gib is required.",
+        max_length=200,
     )
     gpu_memory_gib: float | None = Field(
         default=None,
@@ -66,19 +71,20 @@ class Deployment(BaseModel):
         description="Fraction of each GPU's total memory the engine may use (vLLM --gpu-memory-utilization; SGLang --mem-fraction-static).",
     )
     max_model_len: int | None = Field(
-        default=None, ge=1, description="Maximum context length in tokens (prompt + output); default: the model's maximum."
+        default=None, ge=1, le=MAX_TOKENS, description="Maximum context length in tokens (prompt + output); default: the model's maximum."
     )
     max_num_seqs: int | None = Field(
-        default=None, ge=1, description="Maximum sequences running at once (vLLM --max-num-seqs); default: the engine's."
+        default=None, ge=1, le=1_000_000, description="Maximum sequences running at once (vLLM --max-num-seqs); default: the engine's."
     )
     max_num_batched_tokens: int | None = Field(
-        default=None, ge=1, description="Token budget of one engine step (vLLM --max-num-batched-tokens); default: the engine's."
+        default=None, ge=1, le=MAX_TOKENS, description="Token budget of one engine step (vLLM --max-num-batched-tokens); default: the engine's."
     )
     dtype: Dtype = Field(default="auto", description="Weight/activation dtype; auto = the checkpoint's torch_dtype.")
     quantization: str | None = Field(
         default=None,
         description="Weight quantization method (fp8, awq, gptq, compressed-tensors, bitsandbytes, mxfp4, ...); "
         "default: what the checkpoint's quantization_config says.",
+        max_length=100,
     )
     kv_cache_dtype: KvCacheDtype = Field(default="auto", description="KV cache dtype (vLLM --kv-cache-dtype).")
     block_size: int | None = Field(
@@ -87,8 +93,17 @@ class Deployment(BaseModel):
     enforce_eager: bool = Field(default=False, description="Disable CUDA graphs (vLLM --enforce-eager).")
     engine: Literal["vllm", "sglang"] = Field(default="vllm", description="Serving engine whose memory policy applies.")
     engine_version: str | None = Field(
-        default=None, description="Engine release (e.g. 0.11.0); default: the current stable release the rules know."
+        default=None,
+        max_length=50,
+        description="Engine release (e.g. 0.11.0); default: the current stable release the rules know.",
     )
+
+    @field_validator("model", "gpu", "quantization", "engine_version")
+    @classmethod
+    def _not_blank(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("must not be empty or blank")
+        return v
 
     @model_validator(mode="after")
     def _needs_gpu(self) -> Deployment:

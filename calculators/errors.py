@@ -28,3 +28,21 @@ class InputError(InferwiseError, ValueError):
 
 class OperationalError(InferwiseError):
     """The command ran but could not do its job (e.g. every probe request failed)."""
+
+
+def classify_unexpected(exc: BaseException) -> InferwiseError:
+    """The error a door reports for an exception no layer mapped.
+
+    RecursionError, MemoryError and OverflowError come from inputs beyond what the
+    calculators can represent (nesting thousands deep, numbers past a float), so they
+    are the caller's to fix; anything else is a bug, said as one."""
+    if isinstance(exc, RecursionError):
+        return InputError("input", "an input is nested too deeply to process")
+    if isinstance(exc, MemoryError):
+        return InputError("input", "an input is too large to process in memory")
+    if isinstance(exc, OverflowError):
+        return InputError("input", f"a number is too large to compute with ({exc})")
+    return OperationalError(
+        f"internal error: {type(exc).__name__}: {exc} (set INFERWISE_DEBUG=1 for the "
+        "traceback, and please report it)"
+    )

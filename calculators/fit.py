@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .deployment import Deployment
+from .deployment import MAX_TOKENS, Deployment
 from .errors import InputError
 
 if TYPE_CHECKING:
@@ -42,12 +42,14 @@ class FitRequest(Deployment):
     context_tokens: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_TOKENS,
         description="Context length per request to check, in tokens (prompt + output); "
         "default: max_model_len. Answers: does it fit at --concurrency, and the largest concurrency at this length.",
     )
     concurrency: int | None = Field(
         default=None,
         ge=1,
+        le=10_000_000,
         description="Requests in flight at once to check; answers: does it fit at --context-tokens, "
         "and the largest context per request at this concurrency.",
     )

@@ -19,10 +19,11 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .bounds import MAX_BURSTINESS, MAX_SEED, MIN_BURSTINESS, check_rate
 from .deployment import Deployment
-from .errors import InputError
+from .errors import InputError, OperationalError
 
 Bound = Literal["compute", "memory-bandwidth", "communication", "overhead"]
 PERCENTILES = (50, 90, 95, 99)
@@ -49,11 +50,13 @@ class PredictRequest(Deployment):
     input_tokens_p95: int | None = Field(
         default=None,
         ge=1,
+        le=2_000_000,
         description="95th percentile prompt length; lengths are then drawn from a lognormal fitted to the median and p95.",
     )
     output_tokens_p95: int | None = Field(
         default=None,
         ge=1,
+        le=1_000_000,
         description="95th percentile output length; lengths are then lognormal (median, p95).",
     )
     concurrency: int | None = Field(
@@ -69,8 +72,8 @@ class PredictRequest(Deployment):
     )
     burstiness: float = Field(
         default=1.0,
-        gt=0,
-        le=100,
+        ge=MIN_BURSTINESS,
+        le=MAX_BURSTINESS,
         description="Gamma shape of inter-arrival gaps for request_rate: 1 = Poisson, < 1 burstier, > 1 smoother.",
     )
     num_requests: int | None = Field(
@@ -80,8 +83,13 @@ class PredictRequest(Deployment):
         description=f"Requests to simulate; default: enough for stable percentiles (10 x concurrency, or ~60 s of arrivals), at most {MAX_REQUESTS}.",
     )
     seed: int = Field(
-        default=0, ge=0, description="Seed for arrivals and length draws (same seed, same answer)."
+        default=0, ge=0, le=MAX_SEED, description="Seed for arrivals and length draws (same seed, same answer)."
     )
+
+    @field_validator("request_rate")
+    @classmethod
+    def _rate(cls, v: float | None) -> float | None:
+        return check_rate(v, allow_inf=True)
 
     @model_validator(mode="after")
     def _one_load(self) -> PredictRequest:
@@ -162,10 +170,13 @@ class PredictResult(BaseModel):
     engine: str
     load: Load
     ttft_ms: Percentiles = Field(description="Time to first token per request (queueing included).")
-    itl_ms: Percentiles = Field(
-        description="Inter-token latency over all token gaps of all requests."
+    itl_ms: Percentiles | None = Field(
+        description="Inter-token latency over all token gaps of all requests; null when every "
+        "request generates one token (there is no gap)."
     )
-    tpot_ms: Percentiles = Field(description="Per request: (e2e - ttft) / (output tokens - 1).")
+    tpot_ms: Percentiles | None = Field(
+        description="Per request: (e2e - ttft) / (output tokens - 1); null for one-token outputs."
+    )
     e2e_ms: Percentiles = Field(
         description="Request latency from arrival to last token, server side."
     )
@@ -196,24 +207,38 @@ class PredictResult(BaseModel):
 # --------------------------------------------------------------------------- helpers shared with budget
 
 
-def percentiles(values: Any) -> Percentiles:
+def percentiles(values: Any) -> Percentiles | None:
+    """The distribution of the finite values; None when there are none (a TPOT of
+    one-token outputs): a number where there is none would be a NaN in the output."""
     import numpy as np
 
     v = np.asarray(values, dtype=float)
-    v = v[~np.isnan(v)]
+    v = v[np.isfinite(v)]
     if not len(v):
-        return Percentiles(mean=math.nan, p50=math.nan, p90=math.nan, p95=math.nan, p99=math.nan)
+        return None
     p = np.percentile(v, PERCENTILES)
     return Percentiles(
         mean=float(v.mean()), p50=float(p[0]), p90=float(p[1]), p95=float(p[2]), p99=float(p[3])
     )
 
 
-def weighted_percentiles(values: Any, weights: Any) -> Percentiles:
+def weighted_percentiles(values: Any, weights: Any) -> Percentiles | None:
     from .batching_sim import weighted_summary
 
     mean, (p50, p90, p95, p99) = weighted_summary(values, weights, PERCENTILES)
+    if not math.isfinite(mean):
+        return None
     return Percentiles(mean=mean, p50=p50, p90=p90, p95=p95, p99=p99)
+
+
+def measured(dist: Percentiles | None, what: str) -> Percentiles:
+    """A distribution every completed request has (TTFT, E2E): none means nothing completed."""
+    if dist is None:
+        raise OperationalError(
+            f"no simulated request completed, so there is no {what}; check the memory fit "
+            "(inferwise fit) for the context length and concurrency"
+        )
+    return dist
 
 
 def _dist(values: Any) -> dict[str, float]:
@@ -419,11 +444,11 @@ def predict_performance(req: PredictRequest) -> PredictResult:
             input_tokens=_dist(inp),
             output_tokens=_dist(out),
         ),
-        ttft_ms=percentiles(stats.ttft_ms),
+        ttft_ms=measured(percentiles(stats.ttft_ms), "TTFT"),
         itl_ms=weighted_percentiles(stats.itl_values, stats.itl_weights),
         tpot_ms=percentiles(stats.tpot_ms),
-        e2e_ms=percentiles(stats.e2e_ms),
-        queue_ms=percentiles(stats.queue_ms),
+        e2e_ms=measured(percentiles(stats.e2e_ms), "end-to-end latency"),
+        queue_ms=measured(percentiles(stats.queue_ms), "queue time"),
         output_tokens_per_s=stats.output_tokens_per_s,
         requests_per_s=stats.requests_per_s,
         total_tokens_per_s=stats.total_tokens_per_s,

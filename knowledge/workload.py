@@ -16,7 +16,6 @@ Stdlib + pydantic only: the registry's input models import this module.
 
 from __future__ import annotations
 
-import json
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -24,6 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from inferwise.calculators.errors import InputError
+from inferwise.calculators.files import MiB, check_depth, loads_json, path_exists, read_text
 from inferwise.knowledge.vocabulary import HYPOTHESES, SYMPTOMS
 
 PERCENTILE_KEYS = ("p50", "p90", "p95", "p99")
@@ -277,6 +277,10 @@ def _clean(err: Any) -> str:
     return msg.removeprefix("Value error, ")
 
 
+MAX_WORKLOAD_BYTES = 4 * MiB
+"""A workload file is a page of JSON or TOML; megabytes of it are a mistake (or an attack)."""
+
+
 def parse_workload(data: Any, field_prefix: str = "workload") -> Workload:
     """Validate decoded data; every problem becomes an InputError naming the dotted path."""
     if not isinstance(data, dict):
@@ -285,6 +289,7 @@ def parse_workload(data: Any, field_prefix: str = "workload") -> Workload:
             f"a workload must be a JSON object / TOML table, got {type(data).__name__}",
             "an object with any of: " + ", ".join(Workload.model_fields),
         )
+    check_depth(data, field_prefix, "the workload")
     try:
         return Workload.model_validate(data)
     except ValidationError as exc:
@@ -300,44 +305,38 @@ def load_workload(spec: str, field_prefix: str = "workload") -> Workload:
     text = spec.strip()
     if not text:
         raise InputError(field_prefix, "empty", "a path to a .json/.toml file or JSON text")
+    if len(text) > MAX_WORKLOAD_BYTES:
+        raise InputError(field_prefix, f"longer than {MAX_WORKLOAD_BYTES // MiB} MiB")
     if text.startswith(("{", "[")):
-        try:
-            return parse_workload(json.loads(text), field_prefix)
-        except json.JSONDecodeError as exc:
-            raise InputError(
-                field_prefix,
-                f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-            ) from None
+        return parse_workload(loads_json(text, field_prefix, "the workload"), field_prefix)
     path = Path(text).expanduser()
-    if not path.is_file():
+    if not path_exists(path):
         raise InputError(
             field_prefix,
-            f"no such file: {text}",
+            f"no such file: {text if len(text) <= 120 else text[:117] + '...'}",
             "a path to a .json or .toml workload file, or the JSON text itself",
         )
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(field_prefix, f"cannot read {path}: {exc}") from None
+    raw = read_text(path, field_prefix, MAX_WORKLOAD_BYTES, "workload file")
     if path.suffix.lower() == ".toml":
         return parse_workload(_toml(raw, path, field_prefix), field_prefix)
     try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
+        data = loads_json(raw, field_prefix, str(path))
+    except InputError:
         if path.suffix.lower() == ".json":
-            raise InputError(
-                field_prefix,
-                f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-            ) from None
+            raise
         data = _toml(raw, path, field_prefix)
     return parse_workload(data, field_prefix)
 
 
 def _toml(raw: str, path: Path, field_prefix: str) -> Any:
     try:
-        return tomllib.loads(raw)
+        data = tomllib.loads(raw)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(field_prefix, f"{path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(field_prefix, f"{path} is nested too deeply") from None
+    check_depth(data, field_prefix, str(path))
+    return data
 
 
 def get_path(workload: Workload, dotted: str) -> Any:

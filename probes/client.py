@@ -48,6 +48,29 @@ class Timeouts:
 
 
 @dataclass(frozen=True)
+class ResponseLimits:
+    """How much one response may hold before it is cut and classified ``over_limit``.
+
+    A hostile or broken server can stream token events as fast as the socket
+    takes them; without a cap the probe would keep every byte (gigabytes in
+    seconds) and lose the request to a MemoryError. The caps follow from what
+    was asked: an OpenAI-compatible stream sends about one event per token
+    plus a few for the role, the finish reason, usage and ``[DONE]``.
+    """
+
+    max_body_bytes: int = 1 << 20
+    max_events: int = 4096
+
+    @classmethod
+    def for_max_tokens(cls, max_tokens: int | None) -> ResponseLimits:
+        """Twice the asked tokens plus 64 events; 4 KiB per event plus 1 MiB, at most 256 MiB."""
+        if max_tokens is None:
+            return cls()
+        events = 2 * max(int(max_tokens), 1) + 64
+        return cls(max_body_bytes=min(256 << 20, (1 << 20) + 4096 * events), max_events=events)
+
+
+@dataclass(frozen=True)
 class Target:
     """Where requests go. `connect_host` is the address the policy approved."""
 
@@ -75,14 +98,17 @@ class Target:
         return h if self.port == default else f"{h}:{self.port}"
 
 
-def redact(text: str | None, secrets: list[str], limit: int = 300) -> str | None:
-    """Remove secrets, then clip: clipping first could leave a prefix of a key behind."""
+def redact(text: str | None, secrets: list[str], limit: int | None = 300) -> str | None:
+    """Remove secrets, then clip: clipping first could leave a prefix of a key behind.
+    `limit` None keeps the whole text (stored prompts and outputs)."""
     if text is None:
         return None
     for s in secrets:
         if s and len(s) >= 4:
             text = text.replace(s, "***")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if limit is None or len(text) <= limit:
+        return text
+    return text[: limit - 3] + "..."
 
 
 class _Failure(Exception):
@@ -102,7 +128,10 @@ class _Conn(asyncio.Protocol):
         self.used = 0
         self._reset()
 
-    def _reset(self) -> None:
+    def _reset(self, limits: ResponseLimits | None = None) -> None:
+        self.limits = limits or ResponseLimits()
+        self.body_bytes = 0
+        self.events = 0
         self.fut: asyncio.Future[None] | None = None
         self.head = b""
         self.status: int | None = None
@@ -185,6 +214,12 @@ class _Conn(asyncio.Protocol):
     def data_received_body(self, t: float, body: bytes) -> None:
         """Body bytes read at `t`, framed as the response head said (chunked, by length, or
         until the connection closes)."""
+        self.body_bytes += len(body)
+        self.events += body.count(b"data:")
+        limits = self.limits
+        if self.body_bytes > limits.max_body_bytes or self.events > limits.max_events:
+            self._over_limit()
+            return
         mode = self.mode
         if mode == "chunked":
             self._chunked(t, body)
@@ -239,6 +274,18 @@ class _Conn(asyncio.Protocol):
         self.cbuf = buf[pos:]
         if out:
             self.reads.append((t, out[0] if len(out) == 1 else b"".join(out)))
+
+    def _over_limit(self) -> None:
+        """Cut the response: what arrived so far is kept, the connection is closed."""
+        limits = self.limits
+        what = (
+            f"{self.body_bytes} body bytes (cap {limits.max_body_bytes})"
+            if self.body_bytes > limits.max_body_bytes
+            else f"{self.events} events (cap {limits.max_events})"
+        )
+        self._fail(_Failure("over_limit", f"response exceeded {what}; cut"))
+        if self.transport is not None:
+            self.transport.close()
 
     def _finish(self, reusable: bool) -> None:
         self.mode = "done"
@@ -364,8 +411,10 @@ async def exchange(
     api_key: str | None,
     timeouts: Timeouts,
     method: str = "POST",
+    limits: ResponseLimits | None = None,
 ) -> Outcome:
-    """Send one request and read the whole response with arrival times. Never raises
+    """Send one request and read the response with arrival times, up to `limits`
+    (default: 1 MiB, for the short replies of discovery and calibration). Never raises
     for network or HTTP trouble; the outcome carries the error class instead."""
     head = build_head(pool.target, path, len(body), api_key, method)
     start = time.monotonic()
@@ -376,6 +425,7 @@ async def exchange(
         except _Failure as f:
             return Outcome(start, None, time.monotonic(), None, {}, [], f.error_class, f.message)
         loop = asyncio.get_running_loop()
+        conn._reset(limits)
         conn.fut = loop.create_future()
         assert conn.transport is not None
         conn.transport.write(head + body)
@@ -487,6 +537,12 @@ def request_body(
     return path, json.dumps(payload).encode()
 
 
+def over_token_limit(max_tokens: int) -> int:
+    """More output tokens than this for `max_tokens` is a broken or hostile server, not a
+    measurement: the margin allows a tokenizer that counts a few special tokens."""
+    return int(max_tokens * 1.5) + 16
+
+
 def _status_error(status: int) -> str:
     if status == 429:
         return "http_429"
@@ -516,9 +572,15 @@ def to_record(
     secrets: list[str] | None = None,
     store_text: bool = False,
     prompt: str | None = None,
+    max_tokens: int | None = None,
 ) -> RequestRecord:
-    """Turn a raw exchange into a request record with times relative to `origin`."""
-    from inferwise.probes.sse import analyze_stream, interpret
+    """Turn a raw exchange into a request record with times relative to `origin`.
+
+    Stored prompt and output text have the secrets removed too: an endpoint that
+    echoes the Authorization header must not put the key into the run store.
+    A stream that carries far more tokens than `max_tokens` asked for is failed as
+    `over_limit`, with its timings kept."""
+    from inferwise.probes.sse import analyze_stream, interpret, token_count
 
     secrets = secrets or []
 
@@ -533,7 +595,7 @@ def to_record(
         "first_byte_s": rel(outcome.first_byte_t),
         "end_s": outcome.end_t - origin,
         "http_status": outcome.status,
-        "prompt_text": prompt if store_text else None,
+        "prompt_text": redact(prompt, secrets, None) if store_text else None,
     }
     if outcome.error_class is not None and (outcome.status is None or outcome.status < 400):
         # transport trouble; keep what arrived for the partial timings
@@ -578,20 +640,18 @@ def to_record(
                     **base,
                 )
             usage = info.usage or {}
-            out_tokens = usage.get("completion_tokens")
-            approximate = not isinstance(out_tokens, int)
+            out_tokens = token_count(usage.get("completion_tokens"))
+            approximate = out_tokens is None
             # without streaming the first token is only seen with the last: TTFT = E2E
             return RequestRecord(
                 ok=True,
                 first_token_s=base["end_s"],
-                input_tokens=usage.get("prompt_tokens")
-                if isinstance(usage.get("prompt_tokens"), int)
-                else None,
-                output_tokens=out_tokens if not approximate else (1 if info.text else 0),
+                input_tokens=token_count(usage.get("prompt_tokens")),
+                output_tokens=out_tokens if out_tokens is not None else (1 if info.text else 0),
                 tokens_approximate=approximate,
                 chunk_times_s=[base["end_s"]],
-                chunk_tokens=[out_tokens if isinstance(out_tokens, int) and out_tokens > 0 else 1],
-                output_text=info.text if store_text else None,
+                chunk_tokens=[out_tokens if out_tokens else 1],
+                output_text=redact(info.text, secrets, None) if store_text else None,
                 **base,
             )
     a = analyze_stream(outcome.reads)
@@ -603,10 +663,15 @@ def to_record(
         "output_tokens": a.output_tokens,
         "tokens_approximate": a.tokens_approximate,
         "server_timings": a.timings,
-        "output_text": a.text if store_text else None,
+        "output_text": redact(a.text, secrets, None) if store_text else None,
     }
     error_class = error_message = None
-    if a.error:
+    if max_tokens is not None and (a.output_tokens or 0) > over_token_limit(max_tokens):
+        error_class, error_message = (
+            "over_limit",
+            f"stream carried {a.output_tokens} tokens for max_tokens {max_tokens}",
+        )
+    elif a.error:
         error_class, error_message = "server_error_event", f"error event in stream: {a.error}"
     elif a.malformed:
         error_class, error_message = (
@@ -615,6 +680,8 @@ def to_record(
         )
     elif not a.saw_done and a.finish_reason is None:
         error_class, error_message = "stream_cut", "stream ended without [DONE] or a finish reason"
+    elif a.first_token_s is None and a.saw_done:
+        error_class, error_message = "malformed_sse", "stream said [DONE] before any token"
     elif a.first_token_s is None:
         error_class, error_message = "other", "stream finished without any token"
     if error_class:

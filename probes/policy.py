@@ -131,10 +131,12 @@ class TargetPolicy:
             raise InputError("url", f"refusing cloud metadata host {host!r}")
         addrs = self._resolve(host)
         for a in addrs:
-            if any(a in net for net in ALWAYS_REFUSED if a.version == net.version):
-                raise InputError(
-                    "url", f"refusing link-local or cloud metadata address {a} (from {host!r})"
-                )
+            for inner in (a, *embedded_ipv4(a)):
+                if any(inner in net for net in ALWAYS_REFUSED if inner.version == net.version):
+                    raise InputError(
+                        "url",
+                        f"refusing link-local or cloud metadata address {a} (from {host!r})",
+                    )
         nets = self._networks()
         host_allowed = host in self.allow_hosts or any(
             h.startswith("*.") and host.endswith(h[1:]) for h in self.allow_hosts
@@ -173,6 +175,32 @@ class TargetPolicy:
         if not out:
             raise InputError("url", f"host {host!r} has no address")
         return out
+
+
+NAT64_PREFIXES = tuple(
+    ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48")
+)  # RFC 6052 well-known prefix and RFC 8215 local-use prefix
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated ::a.b.c.d (RFC 4291)
+
+
+def embedded_ipv4(addr: IPAddress) -> list[ipaddress.IPv4Address]:
+    """IPv4 addresses an IPv6 address reaches through a translator or tunnel: NAT64
+    (the last 32 bits), 6to4 (2002:AABB:CCDD::), Teredo (the client's, obfuscated) and
+    the old IPv4-compatible form. Each must pass the same refusals as the address itself:
+    64:ff9b::a9fe:a9fe is the metadata service behind a NAT64 gateway."""
+    if not isinstance(addr, ipaddress.IPv6Address):
+        return []
+    out: list[ipaddress.IPv4Address] = []
+    low32 = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+    if any(addr in net for net in NAT64_PREFIXES):
+        out.append(low32)
+    if addr in IPV4_COMPATIBLE and int(addr) > 1:
+        out.append(low32)
+    if addr.sixtofour is not None:
+        out.append(addr.sixtofour)
+    if addr.teredo is not None:
+        out += list(addr.teredo)
+    return out
 
 
 def _unmap(addr: IPAddress) -> IPAddress:

@@ -356,6 +356,34 @@ class ScrapeReport:
 
 Sink = Callable[[float, list[Sample]], Any]
 
+MAX_PAGE_BYTES = 16 << 20
+"""A vLLM page is ~0.1-1 MB; past 16 MB of decoded text it is a gzip bomb or a broken server."""
+
+
+class PageTooLarge(Exception):
+    """The page, decompressed, passed MAX_PAGE_BYTES; reading stopped there."""
+
+
+async def fetch_page(
+    client: Any,
+    url: str,
+    timeout_s: float,
+    *,
+    max_bytes: int = MAX_PAGE_BYTES,
+    extensions: dict[str, Any] | None = None,
+) -> tuple[int, str]:
+    """GET `url` as (status, text), decompressing as it streams and stopping at
+    `max_bytes` of decoded body: a 1 MB gzip bomb must not become 1 GB in memory."""
+    parts: list[bytes] = []
+    size = 0
+    async with client.stream("GET", url, timeout=timeout_s, extensions=extensions or {}) as resp:
+        async for chunk in resp.aiter_bytes():
+            size += len(chunk)
+            if size > max_bytes:
+                raise PageTooLarge(f"the /metrics page is larger than {max_bytes >> 20} MiB")
+            parts.append(chunk)
+        return resp.status_code, b"".join(parts).decode(resp.encoding or "utf-8", "replace")
+
 
 async def scrape_loop(
     client: Any,
@@ -368,6 +396,7 @@ async def scrape_loop(
     max_consecutive_failures: int = 5,
     timeout_s: float = 5.0,
     t0: float | None = None,
+    extensions: dict[str, Any] | None = None,
 ) -> ScrapeReport:
     """Scrape `url` every `interval_s` until `stop_event` is set; hand each page to `sink(t_s, samples)`.
 
@@ -376,7 +405,8 @@ async def scrape_loop(
     passed on. A 404, a body that is not Prometheus text, or
     `max_consecutive_failures` network errors in a row end the loop with a note
     rather than an exception: server metrics are a bonus, never a reason to fail
-    the probe.
+    the probe. A page larger than MAX_PAGE_BYTES once decompressed ends it too.
+    `extensions` go to every request (the probe pins TLS's server name with them).
     """
     interval_s = max(float(interval_s), 0.05)
     t0 = time.monotonic() if t0 is None else t0
@@ -386,9 +416,11 @@ async def scrape_loop(
         t_s = time.monotonic() - t0
         stop_note: str | None = None
         try:
-            resp = await client.get(url, timeout=timeout_s)
-            status, body = resp.status_code, resp.text
+            status, body = await fetch_page(client, url, timeout_s, extensions=extensions)
             failure = f"HTTP {status}" if status >= 400 else None
+        except PageTooLarge as exc:  # a bomb repeats: stop at the first
+            report.stopped_early, report.note = True, f"{exc}; no more server metrics recorded"
+            break
         except Exception as exc:  # network errors of any client library
             status, body, failure = None, "", type(exc).__name__
         if status == 404:

@@ -22,7 +22,6 @@ synthetic text). Lengths are drawn per request, deterministically from the seed.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from dataclasses import dataclass
@@ -65,7 +64,13 @@ class LengthSpec:
         else:
             sigma2 = math.log1p(s * s)
             x = rng.lognormvariate(math.log(m) - sigma2 / 2, math.sqrt(sigma2))
-        return max(self.minimum, round(x))
+        return max(self.minimum, min(round(x), self.longest))
+
+    @property
+    def longest(self) -> int:
+        """The cap on one draw: ten spreads above the mean (a lognormal's tail is
+        unbounded; ten CVs out is beyond one draw in 10^5 for spreads up to 1)."""
+        return max(self.minimum, round(self.mean * (1 + 10 * self.spread)))
 
 
 @dataclass(frozen=True)
@@ -84,21 +89,31 @@ class DatasetRow:
     messages: list[dict[str, Any]] | None = None
 
 
+MAX_DATASET_BYTES = 512 << 20
+"""Prompts are held in memory for the run: ShareGPT's largest JSON export is ~650 MB."""
+
+
 def load_dataset(path: str) -> list[DatasetRow]:
     """Read a JSONL dataset; every problem is an InputError naming `dataset` and the line."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("dataset", f"no such file: {path}")
+    import stat
+
+    from inferwise.calculators.files import MiB, loads_json, stat_path
+
+    p = Path(path).expanduser()
+    st = stat_path(p)
+    if st is None or not stat.S_ISREG(st.st_mode):
+        raise InputError("dataset", f"no such file: {path}", "a JSONL file (a regular file)")
+    if st.st_size > MAX_DATASET_BYTES:
+        raise InputError(
+            "dataset", f"{path} is {st.st_size / MiB:.0f} MiB; the limit is {MAX_DATASET_BYTES // MiB} MiB"
+        )
     rows: list[DatasetRow] = []
     with p.open(encoding="utf-8", errors="replace") as fh:
         for n, line in enumerate(fh, 1):
             line = line.strip()
             if not line:
                 continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                raise InputError("dataset", f"line {n} is not JSON") from None
+            obj = loads_json(line, "dataset", f"line {n}")
             if not isinstance(obj, dict):
                 raise InputError("dataset", f"line {n} is not a JSON object")
             prompt = obj.get("prompt")

@@ -34,6 +34,7 @@ ErrorClass = Literal[
     "stalled",
     "server_error_event",
     "cancelled",
+    "over_limit",
     "other",
 ]
 

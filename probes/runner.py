@@ -22,19 +22,26 @@ import math
 import os
 import platform
 import re
+import time
 from collections.abc import Awaitable, Callable
 from secrets import token_hex
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from inferwise.calculators.bounds import MAX_BURSTINESS, MAX_SEED, MIN_BURSTINESS, check_rate
 from inferwise.calculators.errors import InputError, OperationalError
 from inferwise.probes.records import RequestRecord, error_classes
-from inferwise.probes.summary import SLO_KEYS, ClientHealth, ProbeSummary
+from inferwise.probes.summary import ClientHealth, ProbeSummary, check_slo
 
 Progress = Callable[[float, float | None, str], Awaitable[None]]
 
 DEFAULT_REQUESTS = 100
+MAX_PROMPT_TOKENS = 1 << 20
+"""Longest synthetic prompt: a 1M-token context window (the client holds ~20 bytes a token)."""
+MAX_OUTPUT_TOKENS = 1 << 18
+MAX_PROMPT_TOKENS_IN_FLIGHT = 1 << 24
+"""16.7M tokens, about 340 MB of client memory: e.g. 512 streams of 32k-token prompts."""
 
 
 class ProbeRequest(BaseModel):
@@ -44,10 +51,12 @@ class ProbeRequest(BaseModel):
 
     url: str = Field(
         description="Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000 or https://host/v1.",
+        max_length=2048,
         json_schema_extra={"cli_positional": True},
     )
     model: str | None = Field(
         None,
+        max_length=512,
         description="Model name to request; default: the first id the server lists at /v1/models.",
     )
     endpoint: Literal["chat", "completions"] = Field(
@@ -60,12 +69,12 @@ class ProbeRequest(BaseModel):
     )
     request_rate: float | None = Field(
         None,
-        gt=0,
         description="Open loop: mean arrivals per second on a Poisson schedule; inf = all at once.",
     )
     burstiness: float = Field(
         1.0,
-        gt=0,
+        ge=MIN_BURSTINESS,
+        le=MAX_BURSTINESS,
         description="Gamma shape of inter-arrival times: 1 = Poisson, <1 burstier, >1 smoother.",
     )
     requests: int | None = Field(
@@ -83,10 +92,16 @@ class ProbeRequest(BaseModel):
         0, ge=0, description="Requests sent first and left out of the metrics."
     )
     input_tokens: int = Field(
-        256, ge=1, description="Mean prompt length in tokens (synthetic prompts)."
+        256,
+        ge=1,
+        le=MAX_PROMPT_TOKENS,
+        description="Mean prompt length in tokens (synthetic prompts).",
     )
     output_tokens: int = Field(
-        128, ge=1, description="Mean output length in tokens (max_tokens per request)."
+        128,
+        ge=1,
+        le=MAX_OUTPUT_TOKENS,
+        description="Mean output length in tokens (max_tokens per request).",
     )
     input_distribution: Literal["fixed", "uniform", "normal", "lognormal"] = Field(
         "fixed", description="Distribution of prompt lengths around input_tokens."
@@ -123,10 +138,12 @@ class ProbeRequest(BaseModel):
     )
     sweep: list[float] | None = Field(
         None,
+        max_length=64,
         description="Run once per value: concurrencies (closed loop) or request rates (with request_rate).",
     )
     label: dict[str, str] = Field(
         default_factory=dict,
+        max_length=64,
         description="Free-form labels stored with the run, e.g. engine=vllm gpu=h100.",
     )
     db: str | None = Field(
@@ -166,16 +183,27 @@ class ProbeRequest(BaseModel):
         1000,
         ge=1,
         le=1_000_000,
-        description="Safety cap on requests per run; raise it explicitly to send more.",
+        description="Safety cap on requests per call, warm-up and every sweep point included; raise it explicitly to send more.",
     )
     max_duration_s: float = Field(
-        600.0, gt=0, le=86_400, description="Safety cap on a run's duration."
+        600.0,
+        gt=0,
+        le=86_400,
+        description="Safety cap on the wall-clock time of the whole call (set-up, every sweep point, requests in flight are cancelled at it).",
     )
     max_concurrency: int = Field(
         512, ge=1, le=100_000, description="Safety cap on streams in flight."
     )
+    max_prompt_tokens_in_flight: int = Field(
+        MAX_PROMPT_TOKENS_IN_FLIGHT,
+        ge=1,
+        le=1 << 30,
+        description="Safety cap on prompt tokens held by requests in flight at once (client memory: ~20 bytes a token).",
+    )
     seed: int = Field(
         0,
+        ge=0,
+        le=MAX_SEED,
         description="Seed for prompt and output lengths and arrival times (same seed, same load). "
         "Prompt text is fresh per run, so a rerun does not find its prompts in the prefix cache.",
     )
@@ -184,7 +212,7 @@ class ProbeRequest(BaseModel):
         description="Fit synthetic prompt lengths to the server's prompt_tokens before the run.",
     )
     metrics_interval_s: float = Field(
-        1.0, ge=0, description="Scrape the server's /metrics this often (0 = never)."
+        1.0, ge=0, le=3600, description="Scrape the server's /metrics this often (0 = never)."
     )
     workers: int = Field(
         1,
@@ -200,15 +228,20 @@ class ProbeRequest(BaseModel):
     @field_validator("slo")
     @classmethod
     def _slo_keys(cls, v: dict[str, float] | None) -> dict[str, float] | None:
-        if v:
-            bad = sorted(set(v) - set(SLO_KEYS))
-            if bad:
-                raise ValueError(
-                    f"unknown SLO key(s) {', '.join(bad)}; accepted: {', '.join(SLO_KEYS)}"
-                )
-            if any(not (x > 0) for x in v.values()):
-                raise ValueError("SLO targets must be positive ms")
-        return v or None
+        return check_slo(v)
+
+    @field_validator("request_rate")
+    @classmethod
+    def _rate(cls, v: float | None) -> float | None:
+        return check_rate(v, allow_inf=True)
+
+    @field_validator("label")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, x in v.items():
+            if not k or len(k) > 100 or len(x) > 500:
+                raise ValueError("label keys must be 1-100 characters and values at most 500")
+        return v
 
     @field_validator("api_key_env")
     @classmethod
@@ -290,25 +323,38 @@ class ProbeResult(BaseModel):
 
 
 def _check_bounds(req: ProbeRequest) -> tuple[int | None, float | None]:
+    """The per-point request count and duration, after checking the whole call against
+    the caps: every sweep point repeats its warm-up and its measured requests."""
+    points = len(req.sweep) if req.sweep else 1
     requests = req.requests
     if requests is None and req.duration_s is None:
-        requests = min(DEFAULT_REQUESTS, req.max_requests)
-    if requests is not None and requests + req.warmup_requests > req.max_requests:
+        requests = max(1, min(DEFAULT_REQUESTS, req.max_requests // points - req.warmup_requests))
+    per_point = (requests or 0) + req.warmup_requests
+    if per_point * points > req.max_requests:
+        sweep = f" x {points} sweep points" if points > 1 else ""
         raise InputError(
             "requests",
-            f"{requests} (+{req.warmup_requests} warm-up) exceeds the cap of {req.max_requests}",
-            "raise the cap explicitly with --max-requests",
+            f"{requests or 0} (+{req.warmup_requests} warm-up){sweep} = {per_point * points} "
+            f"requests exceeds the cap of {req.max_requests} per call",
+            "fewer requests or sweep points, or raise the cap with --max-requests",
         )
-    if req.duration_s is not None and req.duration_s > req.max_duration_s:
+    if req.duration_s is not None and req.duration_s * points > req.max_duration_s:
+        sweep = f" x {points} sweep points" if points > 1 else ""
         raise InputError(
             "duration_s",
-            f"{req.duration_s:g} s exceeds the cap of {req.max_duration_s:g} s",
+            f"{req.duration_s:g} s{sweep} exceeds the cap of {req.max_duration_s:g} s per call",
             "raise it with --max-duration-s",
         )
+    _check_prompt_memory(req)
     for v in req.sweep or []:
         if not (v > 0):
             raise InputError("sweep", f"values must be positive, got {v:g}")
-        if req.request_rate is None and v != int(v):
+        if req.request_rate is not None:
+            try:
+                check_rate(v, allow_inf=True)
+            except ValueError as exc:
+                raise InputError("sweep", f"a rate {exc}") from None
+        elif not math.isfinite(v) or v != int(v):
             raise InputError("sweep", f"concurrency must be a whole number, got {v:g}")
     for c, _ in _load_points(req):
         if c is not None and c > req.max_concurrency:
@@ -318,6 +364,39 @@ def _check_bounds(req: ProbeRequest) -> tuple[int | None, float | None]:
                 "raise it with --max-concurrency",
             )
     return requests, req.duration_s
+
+
+def _check_prompt_memory(req: ProbeRequest) -> None:
+    """Prompts in flight cost client memory: bound the tokens that many streams of the
+    mean prompt hold (one draw is capped at ten spreads above the mean)."""
+    if req.dataset:
+        return  # dataset prompts are held whole already, bounded by the file size cap
+    streams = max(c or 1 for c, _ in _load_points(req))
+    if streams * req.input_tokens > req.max_prompt_tokens_in_flight:
+        raise InputError(
+            "input_tokens",
+            f"{streams} streams of {req.input_tokens:,}-token prompts would hold "
+            f"{streams * req.input_tokens:,} prompt tokens in flight; the cap is "
+            f"{req.max_prompt_tokens_in_flight:,}",
+            "shorter prompts, fewer streams (--concurrency, --max-concurrency), "
+            "or raise --max-prompt-tokens-in-flight",
+        )
+
+
+def _in_flight_for_memory(req: ProbeRequest) -> tuple[ProbeRequest, str | None]:
+    """An open loop may hold up to max_concurrency streams; with long prompts fewer fit
+    the prompt-memory cap, so the run's stream cap is lowered (sends then queue, and the
+    lateness shows as schedule delay) and a note says so."""
+    if req.request_rate is None or req.dataset:
+        return req, None
+    fits = max(1, req.max_prompt_tokens_in_flight // req.input_tokens)
+    if fits >= req.max_concurrency:
+        return req, None
+    note = (
+        f"streams in flight capped at {fits} (not {req.max_concurrency}): {req.input_tokens:,}-token "
+        f"prompts, at most {req.max_prompt_tokens_in_flight:,} prompt tokens in flight"
+    )
+    return req.model_copy(update={"max_concurrency": fits}), note
 
 
 def _load_points(req: ProbeRequest) -> list[tuple[int | None, float | None]]:
@@ -368,15 +447,12 @@ async def run_probe(
     from inferwise.probes.client import Pool, Target, Timeouts
     from inferwise.probes.policy import TargetPolicy
     from inferwise.probes.prompts import Workload, load_dataset
-    from inferwise.probes.session import (
-        ProbeContext,
-        handle_signals,
-        run_point,
-        server_properties,
-    )
+    from inferwise.probes.session import ProbeContext, handle_signals, run_point
     from inferwise.probes.store import RunStore
 
     requests, duration_s = _check_bounds(req)
+    req, memory_note = _in_flight_for_memory(req)
+    call_deadline = time.monotonic() + req.max_duration_s
     if policy is None:
         policy = TargetPolicy.from_environment(req.allow_hosts)
     addrs = await asyncio.to_thread(policy.check, req.url)
@@ -391,15 +467,14 @@ async def run_probe(
         req.connect_timeout_s, req.read_timeout_s, req.stall_timeout_s, req.total_timeout_s
     )
     ctx = ProbeContext(req, pool, api_key, secrets, timeouts, workload, req.model or "", store)
-    notes: list[str] = []
+    notes: list[str] = [memory_note] if memory_note else []
     stop = asyncio.Event()
     try:
         with handle_signals(stop):
-            calibration = await _prepare(ctx, dataset, notes)
+            calibration, server = await _set_up(ctx, dataset, notes, call_deadline)
             points = _load_points(req)
             labels = {"model": ctx.model, "endpoint": req.endpoint, **req.label}
             meta = _run_meta(calibration, target.host)
-            server = await server_properties(ctx)
             if server:
                 meta["server"] = server
             sweep: list[SweepPoint] = []
@@ -407,7 +482,7 @@ async def run_probe(
             all_records: list[RequestRecord] = []
             last_server: dict[str, float] = {}
             for conc, rate in points:
-                if stop.is_set():
+                if stop.is_set() or time.monotonic() >= call_deadline:
                     break
                 run_id, status, summary, records, server, pnotes = await run_point(
                     ctx,
@@ -419,6 +494,7 @@ async def run_probe(
                     meta=meta,
                     progress=progress,
                     stop=stop,
+                    hard_deadline=call_deadline,
                     progress_prefix=(
                         f"[{len(sweep) + 1}/{len(points)} "
                         + (f"c={conc}] " if rate is None else f"{rate:g} req/s] ")
@@ -477,6 +553,24 @@ async def run_probe(
         db_path=str(store.path),
         all_failed=measured > 0 and completed == 0,
     )
+
+
+async def _set_up(
+    ctx: Any, dataset: list[Any] | None, notes: list[str], deadline: float
+) -> tuple[Calibration, dict[str, Any]]:
+    """Discovery, negotiation, calibration and the server's own facts, within the call's
+    time cap: a server that drips its replies must not hold the call past it."""
+    from inferwise.probes.session import server_properties
+
+    try:
+        async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+            calibration = await _prepare(ctx, dataset, notes)
+            return calibration, await server_properties(ctx)
+    except TimeoutError:
+        raise OperationalError(
+            f"the server did not answer the set-up requests within the call's cap "
+            f"(max_duration_s {ctx.req.max_duration_s:g} s); nothing was measured"
+        ) from None
 
 
 async def _prepare(ctx: Any, dataset: list[Any] | None, notes: list[str]) -> Calibration:

@@ -17,10 +17,10 @@ import contextlib
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from inferwise.calculators.errors import InputError
-from inferwise.probes.summary import SLO_KEYS, ProbeSummary
+from inferwise.probes.summary import SLO_KEYS, ProbeSummary, check_slo
 
 
 def _run_id_field() -> Any:
@@ -174,6 +174,8 @@ class ShowRunRequest(BaseModel):
         description="SLO targets in ms to judge goodput by (keys ttft_ms, itl_ms, tpot_ms, e2e_ms); default: the run's own.",
     )
     db: str | None = Field(default=None, description=_DB_DESC)
+
+    _slo = field_validator("slo")(classmethod(lambda cls, v: check_slo(v)))
 
 
 class ErrorCount(BaseModel):
@@ -374,12 +376,16 @@ class CompareRunsRequest(BaseModel):
         le=20000,
         description="Bootstrap resamples (bounded further for very large runs).",
     )
-    seed: int = Field(default=0, description="Seed of the bootstrap (same seed, same intervals).")
+    seed: int = Field(
+        default=0, ge=0, le=2**63 - 1, description="Seed of the bootstrap (same seed, same intervals)."
+    )
     slo: dict[str, float] | None = Field(
         default=None,
         description="SLO targets in ms for goodput (keys ttft_ms, itl_ms, tpot_ms, e2e_ms); default: the baseline run's.",
     )
     db: str | None = Field(default=None, description=_DB_DESC)
+
+    _slo = field_validator("slo")(classmethod(lambda cls, v: check_slo(v)))
 
 
 Verdict = Literal["better", "worse", "within noise", "not comparable"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import queue
 import signal
 import sys
@@ -29,6 +30,8 @@ from typing import Any
 from inferwise.probes.records import RequestRecord
 from inferwise.probes.runner import Calibration, ProbeRequest, Progress, display_url
 from inferwise.probes.summary import ProbeSummary
+
+PARSE_ON_THREAD_BYTES = 256 << 10
 
 
 async def report_progress(
@@ -167,6 +170,13 @@ async def calibrate(ctx: ProbeContext) -> Calibration:
             return Calibration(note=f"not calibrated ({why}); assumed one token per word")
         points.append((words, rec.input_tokens))
     a, b = fit_calibration(points)
+    if not (0.1 <= b <= 10 and abs(a) <= 10_000):
+        # a broken or hostile count would size every prompt wrongly (0.001 tokens a word
+        # means a million words for a 1,000-token prompt)
+        return Calibration(
+            note=f"not calibrated (the server's prompt_tokens imply {b:.3g} tokens per word "
+            f"and {a:.3g} extra tokens); assumed one token per word"
+        )
     ctx.workload.calibrate(a, b)
     return Calibration(calibrated=True, overhead_tokens=round(a, 2), tokens_per_word=round(b, 4))
 
@@ -176,9 +186,16 @@ async def send_one(
 ) -> RequestRecord:
     """Send request `index` and return its record (never raises for request trouble).
     With honor_retry_after, a 429 is retried and the user-felt start is kept."""
-    from inferwise.probes.client import exchange, request_body, retry_after_s, to_record
+    from inferwise.probes.client import (
+        ResponseLimits,
+        exchange,
+        request_body,
+        retry_after_s,
+        to_record,
+    )
 
     item = ctx.workload.item(index)
+    limits = ResponseLimits.for_max_tokens(item.max_tokens)
     path, body = request_body(
         ctx.req.endpoint,
         ctx.model,
@@ -189,7 +206,9 @@ async def send_one(
         continuous_usage=ctx.continuous_usage,
         messages=item.messages,
     )
-    out = await exchange(ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts)
+    out = await exchange(
+        ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts, limits=limits
+    )
     first_start = out.start_t
     tries = 0
     while ctx.req.honor_retry_after and out.status == 429 and tries < 3:
@@ -198,10 +217,13 @@ async def send_one(
             break
         tries += 1
         await asyncio.sleep(wait)
-        out = await exchange(ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts)
+        out = await exchange(
+            ctx.pool, path, body, api_key=ctx.api_key, timeouts=ctx.timeouts, limits=limits
+        )
     if out.start_t != first_start:
         out = dataclasses.replace(out, start_t=first_start)  # the user waited through the retries
-    rec = to_record(
+    record = functools.partial(
+        to_record,
         out,
         index=index,
         origin=origin,
@@ -211,7 +233,12 @@ async def send_one(
         secrets=ctx.secrets,
         store_text=ctx.req.store_text,
         prompt=item.text,
+        max_tokens=item.max_tokens,
     )
+    # parsing is linear, but a few MB of events would still hold the loop (and every other
+    # stream's timestamps) for milliseconds: large responses are parsed on a thread
+    large = sum(len(d) for _, d in out.reads) > PARSE_ON_THREAD_BYTES
+    rec = await asyncio.to_thread(record) if large else record()
     if item.target_input_tokens and rec.input_tokens:
         ctx.workload_errors.append(
             (rec.input_tokens - item.target_input_tokens) / item.target_input_tokens
@@ -230,10 +257,12 @@ async def run_point(
     meta: dict[str, Any],
     progress: Progress | None,
     stop: asyncio.Event,
+    hard_deadline: float | None = None,
     progress_prefix: str = "",
 ) -> tuple[str, str, ProbeSummary, list[RequestRecord], dict[str, float], list[str]]:
     """One stored run at one load point; returns (run_id, status, summary, records,
-    last server metrics, notes)."""
+    last server metrics, notes). At `hard_deadline` (monotonic; the call's cap) the
+    requests in flight are cancelled and the run closes as interrupted."""
     from inferwise.probes.health import LoopLagSampler
     from inferwise.probes.loadgen import arrival_schedule, closed_loop, open_loop
     from inferwise.probes.summary import summarize
@@ -354,6 +383,8 @@ async def run_point(
         lag.start()
         start = time.monotonic()
         deadline = start + duration_s if duration_s is not None else None
+        if hard_deadline is not None:
+            deadline = hard_deadline if deadline is None else min(deadline, hard_deadline)
         if rate is None:
             await closed_loop(
                 send,
@@ -391,13 +422,19 @@ async def run_point(
     task = asyncio.create_task(drive())
     waiter = asyncio.create_task(stop.wait())
     status = "complete"
+    limit_s = None if hard_deadline is None else max(0.0, hard_deadline - time.monotonic())
     try:
-        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({task, waiter}, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
         if not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             status = "interrupted"
+            if not stop.is_set():
+                notes.append(
+                    f"stopped at the call's time cap (max_duration_s {req.max_duration_s:g} s); "
+                    "requests still in flight were cancelled"
+                )
         elif task.exception() is not None:
             status = "failed"
             raise task.exception()  # type: ignore[misc]
@@ -568,12 +605,18 @@ async def scrape_metrics(
                 run_id, [(t_s, s.name, s.labels, s.value) for s in samples]
             )
 
-        if t.scheme == "https":
-            # TLS verifies the name, so connect by name (the policy approved its addresses)
-            url = f"https://{t.host_header}/metrics"
+        # Always the address the policy approved (a second lookup could be answered
+        # differently); over TLS the certificate is checked against the name (SNI).
+        extensions = {"sni_hostname": t.host} if t.scheme == "https" else None
         async with httpx.AsyncClient(headers=headers, trust_env=False) as client:
             report = await scrape_loop(
-                client, url, ctx.req.metrics_interval_s, sink, stop, t0=origin
+                client,
+                url,
+                ctx.req.metrics_interval_s,
+                sink,
+                stop,
+                t0=origin,
+                extensions=extensions,
             )
             if not report.stopped_early:
                 # one more page after the load, so the counters cover the whole run
@@ -585,6 +628,7 @@ async def scrape_metrics(
                     asyncio.Event(),
                     max_scrapes=1,
                     t0=origin,
+                    extensions=extensions,
                 )
                 report.last = final.last or report.last
         last.update(report.last)

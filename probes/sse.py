@@ -31,38 +31,69 @@ class SSEEvent:
 
 
 class SSESplitter:
-    """Incremental event-stream splitter. Feed bytes; get the complete events so far."""
+    """Incremental event-stream splitter. Feed bytes; get the complete events so far.
+
+    Linear in the bytes fed: line ends are normalised per read, only the new read is
+    searched for the blank line that ends an event, and an unfinished event is kept
+    as a list of pieces that is joined once, when it ends. (Re-scanning a growing
+    buffer on every read made one long line without a newline quadratic.)
+    """
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._last = b""  # last byte of the pending event, after normalising
+        self._cr = False  # the previous read ended in CR: a leading LF here is its pair
 
     def feed(self, data: bytes) -> list[SSEEvent]:
-        buf = self._buf + data
-        if b"\r" in buf:
-            # A CR at the very end may be the first half of a CRLF: keep it for the next read.
-            hold = buf.endswith(b"\r")
-            if hold:
-                buf = buf[:-1]
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-            if hold:
-                buf += b"\r"
+        data = self._normalise(data)
+        if not data:
+            return []
         events: list[SSEEvent] = []
+        pos = 0
+        if self._last == b"\n" and data[:1] == b"\n":  # the blank line spans two reads
+            events += self._dispatch(b"")
+            pos = 1
         while True:
-            i = buf.find(b"\n\n")
+            i = data.find(b"\n\n", pos)
             if i < 0:
                 break
-            block, buf = buf[:i], buf[i + 2 :]
-            ev = _parse_block(block)
-            if ev is not None:
-                events.append(ev)
-        self._buf = buf
+            events += self._dispatch(data[pos:i])
+            pos = i + 2
+        rest = data[pos:]
+        if rest:
+            self._pending.append(rest)
+            self._pending_bytes += len(rest)
+            self._last = rest[-1:]
         return events
+
+    def _normalise(self, data: bytes) -> bytes:
+        if self._cr and data[:1] == b"\n":
+            data = data[1:]
+        self._cr = data[-1:] == b"\r"
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        return data
+
+    def _dispatch(self, tail: bytes) -> list[SSEEvent]:
+        """End the pending event with `tail` (the bytes before the blank line)."""
+        if self._pending:
+            block = b"".join([*self._pending, tail])
+            self._pending.clear()
+            self._pending_bytes = 0
+        else:
+            block = tail
+        self._last = b""
+        ev = _parse_block(block)
+        return [ev] if ev is not None else []
 
     def close(self) -> tuple[list[SSEEvent], bytes]:
         """End of stream: a final event without its blank line is still dispatched;
         returns (events, leftover bytes that were not an event)."""
-        buf = self._buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n").strip(b"\n")
-        self._buf = b""
+        buf = b"".join(self._pending).strip(b"\n")
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._last = b""
         if not buf:
             return [], b""
         ev = _parse_block(buf)
@@ -179,6 +210,8 @@ class StreamAnalysis:
     error: str | None = None
     malformed: bool = False
     events: int = 0
+    after_done: int = 0
+    """Events the server sent after ``[DONE]``: ignored, counted so a test can see them."""
     text: str = ""
     timings: dict[str, float] | None = None
 
@@ -207,6 +240,9 @@ def analyze_stream(reads: list[tuple[float, bytes]]) -> StreamAnalysis:
     if leftover.strip():
         out.malformed = True
     for t, ev in events_with_times:
+        if out.saw_done:  # nothing after [DONE] belongs to the response
+            out.after_done += 1
+            continue
         out.events += 1
         if ev.event == "error":
             out.error = _error_text(ev.data.decode("utf-8", "replace"))
@@ -227,9 +263,7 @@ def analyze_stream(reads: list[tuple[float, bytes]]) -> StreamAnalysis:
         usage_completion = None
         if info.usage is not None:
             final_usage = info.usage
-            ct = info.usage.get("completion_tokens")
-            if isinstance(ct, int):
-                usage_completion = ct
+            usage_completion = token_count(info.usage.get("completion_tokens"))
         if info.tokens_bearing:
             if out.first_token_s is None:
                 out.first_token_s = t
@@ -245,10 +279,8 @@ def analyze_stream(reads: list[tuple[float, bytes]]) -> StreamAnalysis:
     out.text = "".join(texts)
     total = None
     if final_usage is not None:
-        pt = final_usage.get("prompt_tokens")
-        out.input_tokens = pt if isinstance(pt, int) else None
-        ct = final_usage.get("completion_tokens")
-        total = ct if isinstance(ct, int) else None
+        out.input_tokens = token_count(final_usage.get("prompt_tokens"))
+        total = token_count(final_usage.get("completion_tokens"))
     if total is not None:
         out.output_tokens = total
         if out.chunk_tokens and not per_chunk_usage:
@@ -257,6 +289,17 @@ def analyze_stream(reads: list[tuple[float, bytes]]) -> StreamAnalysis:
         out.output_tokens = sum(out.chunk_tokens) if out.chunk_tokens else 0
         out.tokens_approximate = True
     return out
+
+
+MAX_TOKEN_COUNT = 1 << 31
+"""A usage count above this (or below zero, or not an integer) is not a count: ignored."""
+
+
+def token_count(value: Any) -> int | None:
+    """A server's token count if it is a plausible one: an int in [0, 2^31)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_TOKEN_COUNT:
+        return value
+    return None
 
 
 def _spread(chunk_tokens: list[int], total: int) -> None:

@@ -21,12 +21,14 @@ which imports this module, and MCP start-up must stay light.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import socket
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -121,6 +123,39 @@ def _loads(text: Any, default: Any) -> Any:
         return default
 
 
+@contextlib.contextmanager
+def _creation_lock(path: Path) -> Iterator[None]:
+    """Serialise opening (and so creating and migrating) one run database across
+    processes. Two probes creating the same new file raced: SQLite answers the switch of
+    a new file to WAL with "database is locked" at once, without waiting out the busy
+    timeout, and both would create the tables. An advisory lock on a side file makes the
+    second opener wait for the first (POSIX; elsewhere the race is left to SQLite)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    lock_path = path.with_name(path.name + ".lock")
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:  # a read-only folder: nobody can be creating the file here
+        yield
+        return
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise OperationalError(f"{path} stayed locked by another process for 30 s") from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 class RunStore:
     """One SQLite file of runs. Cheap to open; safe to share between threads of one process."""
 
@@ -140,10 +175,11 @@ class RunStore:
         self._lock = threading.RLock()
         self._conn = conn
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=10000")
-            self._migrate()
+            with _creation_lock(self.path):
+                conn.execute("PRAGMA busy_timeout=10000")
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                self._migrate()
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise InputError("db", f"{self.path} is not a usable run database: {exc}") from None

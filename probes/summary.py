@@ -32,9 +32,21 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inferwise.calculators.bounds import check_slo_ms
 from inferwise.probes.records import RequestRecord
 
 SLO_KEYS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+
+
+def check_slo(v: dict[str, float] | None) -> dict[str, float] | None:
+    """Per-request SLO targets (probe, runs show, runs compare): known keys, each a
+    positive number of ms up to a day. An empty dict means none."""
+    if not v:
+        return None
+    bad = sorted(set(v) - set(SLO_KEYS))
+    if bad:
+        raise ValueError(f"unknown SLO key(s) {', '.join(bad)}; accepted: {', '.join(SLO_KEYS)}")
+    return {k: check_slo_ms(k, x) for k, x in v.items()}
 
 # Client saturation thresholds: beyond these the client, not the server, is
 # likely adding latency, so the summary says so instead of reporting clean numbers.

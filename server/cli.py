@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferwise.calculators.errors import InputError, OperationalError
+from inferwise.calculators.errors import InputError, OperationalError, classify_unexpected
 from inferwise.server.registry import OPERATIONS, Operation, _resolve
 
 
@@ -105,26 +105,24 @@ def _is_structured(annotation: Any) -> bool:
 
 
 def _structured_value(text: str, field: str) -> Any:
-    import json
     import tomllib
     from pathlib import Path
 
+    from inferwise.calculators.files import MiB, check_depth, loads_json, read_text
+
+    where = "the value"
     if text.startswith("@"):
         path = Path(text[1:]).expanduser()
-        try:
-            raw = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(field, f"cannot read {path}: {exc.strerror or exc}") from None
+        raw = read_text(path, field, 4 * MiB)
         if path.suffix.lower() == ".toml":
             try:
-                return tomllib.loads(raw)
-            except tomllib.TOMLDecodeError as exc:
+                data = tomllib.loads(raw)
+            except (tomllib.TOMLDecodeError, RecursionError) as exc:
                 raise InputError(field, f"{path} is not valid TOML: {exc}") from None
-        text = raw
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(field, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", "JSON text or @path to a .json/.toml file") from None
+            check_depth(data, field, str(path))
+            return data
+        text, where = raw, str(path)
+    return loads_json(text, field, where)
 
 
 def _add_field(parser: argparse.ArgumentParser, name: str, info: Any) -> Callable[[Any], Any]:
@@ -260,7 +258,10 @@ def run_operation(op: Operation, argv: list[str]) -> int:
         if sys.stderr.isatty():
             sys.stderr.write("\n")
     else:
-        result = op.func(request)
+        from inferwise.calculators.deadline import compute_budget, default_budget_s
+
+        with compute_budget(default_budget_s()):
+            result = op.func(request)
     if wants_json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
@@ -336,15 +337,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"inferwise {target.name}: interrupted\n")
         return 130
-    except Exception as exc:  # a bug: say so in one line; the traceback on request
+    except Exception as exc:  # unmapped: too-large input, or a bug said as one; one line
         import os
 
         if os.environ.get("INFERWISE_DEBUG"):
             raise
-        sys.stderr.write(
-            f"inferwise {target.name}: internal error: {type(exc).__name__}: {exc} "
-            "(set INFERWISE_DEBUG=1 for the traceback, and please report it)\n"
-        )
+        mapped = classify_unexpected(exc)
+        if isinstance(mapped, InputError):
+            sys.stderr.write(f"inferwise {target.name}: {_message_for_cli(mapped, model)}\n")
+            return 2
+        sys.stderr.write(f"inferwise {target.name}: {mapped}\n")
         return 1
 
 

@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticUndefined
 
-from inferwise.calculators.errors import InputError, OperationalError
+from inferwise.calculators.errors import InputError, OperationalError, classify_unexpected
 from inferwise.server.registry import BY_TOOL, Operation
 
 # Never offered to the calling model: they choose local files, secrets or safety limits.
@@ -55,6 +55,20 @@ MCP_HIDDEN_FIELDS = frozenset(
 )
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+HEAVY_CALLS_AT_ONCE = max(4, os.cpu_count() or 4)
+"""Worker threads the non-inline tools share. Their own limiter, not anyio's default
+one: a burst of slow calls then waits here, and leaves the threads the SDK and the
+probe's set-up use free."""
+
+PROBE_CAPS_ENV = {
+    "max_requests": "INFERWISE_MCP_MAX_REQUESTS",
+    "max_duration_s": "INFERWISE_MCP_MAX_DURATION_S",
+    "max_concurrency": "INFERWISE_MCP_MAX_CONCURRENCY",
+    "max_prompt_tokens_in_flight": "INFERWISE_MCP_MAX_PROMPT_TOKENS_IN_FLIGHT",
+}
+"""The operator's per-call caps for probe_endpoint (environment of the server, never a
+tool argument); unset, the probe's own defaults apply."""
 
 INLINE_TOOLS = frozenset({"estimate_memory_fit"})
 """Synchronous tools fast enough to run on the event loop (about a millisecond;
@@ -90,6 +104,37 @@ def _tool_error_text(exc: InputError) -> str:
     return text
 
 
+def operator_probe_caps() -> dict[str, float]:
+    """The caps the server's operator set for probe calls, from the environment."""
+    caps: dict[str, float] = {}
+    for name, env in PROBE_CAPS_ENV.items():
+        raw = os.environ.get(env, "").strip()
+        if raw:
+            try:
+                caps[name] = float(raw) if name.endswith("_s") else int(raw)
+            except ValueError:
+                raise OperationalError(f"{env}={raw!r} is not a number; the operator must fix it") from None
+    return caps
+
+
+@functools.cache
+def _heavy_limiter() -> Any:
+    import anyio
+
+    return anyio.CapacityLimiter(HEAVY_CALLS_AT_ONCE)
+
+
+def _bounded(func: Any) -> Any:
+    """`func(request)` under the compute budget (set on the thread that runs it)."""
+    from inferwise.calculators.deadline import compute_budget, default_budget_s
+
+    def run(request: Any) -> Any:
+        with compute_budget(default_budget_s()):
+            return func(request)
+
+    return run
+
+
 def _exposed_fields(op: Operation) -> dict[str, Any]:
     hidden = MCP_HIDDEN_FIELDS | set(op.extra.get("mcp_hidden", ()))
     return {n: f for n, f in op.input_model.model_fields.items() if n not in hidden}
@@ -121,8 +166,12 @@ def make_tool_function(op: Operation, strict_probe_policy: Any = None) -> Any:
         ctx = kwargs.pop("ctx", None)
         try:
             request = model.model_validate(kwargs)
+            if op.tool_name == "probe_endpoint":
+                request = model.model_validate({**request.model_dump(), **operator_probe_caps()})
         except ValidationError as exc:
             raise ToolError(validation_message(model, exc, flag_style=False)) from None
+        except OperationalError as exc:
+            raise ToolError(str(exc)) from None
         try:
             if op.is_async:
                 extra: dict[str, Any] = {}
@@ -139,16 +188,25 @@ def make_tool_function(op: Operation, strict_probe_policy: Any = None) -> Any:
                     extra["policy"] = strict_probe_policy
                 result = await op.func(request, **extra)
             elif inline:
-                result = op.func(request)
+                result = _bounded(op.func)(request)
             else:
                 import anyio
 
-                result = await anyio.to_thread.run_sync(op.func, request)
+                result = await anyio.to_thread.run_sync(
+                    _bounded(op.func), request, limiter=_heavy_limiter()
+                )
+            text = render(op.template, result)
         except InputError as exc:
             raise ToolError(_tool_error_text(exc)) from None
         except OperationalError as exc:
             raise ToolError(str(exc)) from None
-        text = render(op.template, result)
+        except Exception as exc:  # a door never lets an exception through unworded
+            if os.environ.get("INFERWISE_DEBUG"):
+                raise
+            mapped = classify_unexpected(exc)
+            if isinstance(mapped, InputError):
+                raise ToolError(_tool_error_text(mapped)) from None
+            raise ToolError(str(mapped)) from None
         return CallToolResult(
             content=[TextContent(type="text", text=text)],
             structured_content=result.model_dump(mode="json"),

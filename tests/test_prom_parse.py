@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from pathlib import Path
 
@@ -267,9 +268,14 @@ def test_scrape_loop_counts_http_errors_in_a_row_and_a_good_page_resets_the_coun
     pages = [(503, ""), (503, ""), (200, good), (500, ""), (503, ""), (502, ""), (200, good)]
 
     class Client:
-        async def get(self, url, timeout):
+        @contextlib.asynccontextmanager
+        async def stream(self, method, url, timeout, extensions):
             status, text = pages.pop(0)
-            return SimpleNamespace(status_code=status, text=text)
+
+            async def aiter_bytes():
+                yield text.encode()
+
+            yield SimpleNamespace(status_code=status, encoding="utf-8", aiter_bytes=aiter_bytes)
 
     async def main():
         got = []
