@@ -17,7 +17,7 @@ import os
 
 import jsonschema
 import pytest
-from fuzzing import for_field
+from fuzzing import for_field, model_dict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -192,3 +192,91 @@ def test_a_workload_file_over_the_size_cap_is_refused_before_parsing(tmp_path, c
     big.write_text('{"name": "' + "x" * (5 << 20) + '"}')
     assert main(["plan", "--workload", str(big)]) == 2
     assert "limit is 4 MiB" in capsys.readouterr().err
+
+
+def to_argv(tool: str, args: dict) -> list[str]:
+    """The CLI spelling of a tool call: one flag per argument, as a user would type it."""
+    from inferwise.server.cli import _is_structured, _unwrap_optional, flag_name
+
+    op = BY_TOOL[tool]
+    argv = op.name.split()
+    for name, value in args.items():
+        info = op.input_model.model_fields[name]
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        flag = [] if extra.get("cli_positional") else [flag_name(name)]
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            argv.append(flag_name(name) if value else "--no-" + name.replace("_", "-"))
+        elif _is_structured(_unwrap_optional(info.annotation)) or (
+            isinstance(value, dict | list) and name == "workload"
+        ):
+            argv += [*flag, json.dumps(value)]
+        elif isinstance(value, dict):
+            argv += [*flag, *(f"{k}={v}" for k, v in value.items())] if value else []
+        elif isinstance(value, list):
+            argv += [*flag, *map(str, value)] if value else []
+        else:
+            argv += [*flag, str(value)]
+    return argv
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_fuzzed_command_lines_exit_0_1_or_2_in_bounded_time(tool, tmp_path_factory, monkeypatch):
+    import contextlib
+    import io
+
+    from inferwise.server.cli import main
+
+    monkeypatch.setenv("INFERWISE_DB", str(tmp_path_factory.mktemp("db") / "runs.db"))
+
+    @settings(
+        max_examples=max(20, EXAMPLES // 3),
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(mutations(tool))
+    def check(mutation: dict) -> None:
+        argv = to_argv(tool, {**VALID[tool], **mutation})
+        err = io.StringIO()
+
+        def run() -> int:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+                return main(argv)
+
+        rc = POOL.submit(run).result(timeout=LIMIT_S)
+        text = err.getvalue()
+        assert rc in (0, 1, 2), (rc, text)
+        assert "internal error" not in text and "Traceback" not in text, text
+        if rc:
+            assert text.strip().count("\n") == 0, text  # one line
+
+    check()
+
+
+@pytest.mark.parametrize("tool", ["diagnose_bottleneck", "plan_experiments"])
+def test_fuzzed_workload_files_give_a_plan_or_a_worded_error(tool, tmp_path_factory, monkeypatch):
+    """Workloads of the right shape with extreme values (1e308 targets, zero rates, huge
+    token counts): the reasoning over them must stay finite and worded."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from inferwise.knowledge.workload import Workload
+
+    monkeypatch.setenv("INFERWISE_DB", str(tmp_path_factory.mktemp("db") / "runs.db"))
+    schema = BY_TOOL[tool].output_model.model_json_schema(mode="serialization")
+
+    @settings(
+        max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(model_dict(Workload))
+    def check(workload) -> None:
+        workload.setdefault("deployment", WORKLOAD["deployment"])
+        result = call_tool(tool, {"workload": json.dumps(workload)})
+        if isinstance(result, ToolError):
+            assert "internal error" not in str(result), str(result)
+            return
+        assert _finite(result.structured_content)
+        jsonschema.validate(json.loads(json.dumps(result.structured_content)), schema)
+
+    check()

@@ -26,15 +26,28 @@ def _clean_env(monkeypatch, tmp_path):
         "http://[::ffff:169.254.169.254]/",
         "http://metadata.google.internal/computeMetadata/v1/",
         "http://metadata/",
+        # the metadata address behind a NAT64 gateway, a 6to4 relay, the old
+        # IPv4-compatible form and Teredo (client 169.254.169.254, obfuscated)
+        "http://[64:ff9b::a9fe:a9fe]/",
+        "http://[64:ff9b:1::a9fe:a9fe]/",
+        "http://[2002:a9fe:a9fe::]/",
+        "http://[::a9fe:a9fe]/",
+        "http://[2001:0:4136:e378:8000:63bf:5601:5601]/",
     ],
 )
 def test_metadata_and_link_local_are_refused_even_when_allowed(url: str) -> None:
     permissive = TargetPolicy.from_entries(
-        ["169.254.0.0/16", "fe80::/10", "metadata.google.internal", "0.0.0.0/0"]
+        ["169.254.0.0/16", "fe80::/10", "metadata.google.internal", "0.0.0.0/0", "::/0"]
     )
     with pytest.raises(InputError) as err:
         permissive.check(url)
     assert err.value.field == "url"
+
+
+def test_translated_forms_of_allowed_addresses_still_pass() -> None:
+    policy = TargetPolicy.from_entries(["::/0"])
+    assert policy.check("http://[64:ff9b::a00:1]:8000/") == ["64:ff9b::a00:1"]  # 10.0.0.1
+    assert policy.check("http://[2001:db8::1]/") == ["2001:db8::1"]
 
 
 def test_names_are_resolved_before_the_check(monkeypatch) -> None:

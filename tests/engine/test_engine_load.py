@@ -66,7 +66,11 @@ def test_itl_rises_and_per_request_speed_falls_as_slots_fill(sweep: dict[str, An
     itl = {c: p[c].summary.itl_ms.mean for c in SWEEP}
     # per-request generation speed: tokens per second one user sees, 1000 / TPOT
     speed = {c: 1000.0 / _p50(p[c], "tpot_ms") for c in SWEEP}
-    assert itl[2] > itl[1] and itl[4] > itl[2], itl
+    assert itl[2] > itl[1], itl
+    # from 2 to 4 slots a step on two busy cores grows by less than the run-to-run noise
+    # (17.4 vs 16.9 ms seen on the unchanged code, 1 run in 6): a 10 % allowance, while
+    # the rise over the whole range stays required
+    assert itl[4] > 0.9 * itl[2], itl
     assert itl[4] > 1.3 * itl[1], itl
     assert speed[4] < speed[2] < speed[1], speed
     # beyond the slot count the batch cannot grow: ITL stays near the 4-slot value
