@@ -71,27 +71,47 @@ class Deployment(BaseModel):
         description="Fraction of each GPU's total memory the engine may use (vLLM --gpu-memory-utilization; SGLang --mem-fraction-static).",
     )
     max_model_len: int | None = Field(
-        default=None, ge=1, le=MAX_TOKENS, description="Maximum context length in tokens (prompt + output); default: the model's maximum."
+        default=None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Maximum context length in tokens (prompt + output); default: the model's maximum.",
     )
     max_num_seqs: int | None = Field(
-        default=None, ge=1, le=1_000_000, description="Maximum sequences running at once (vLLM --max-num-seqs); default: the engine's."
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Maximum sequences running at once (vLLM --max-num-seqs); default: the engine's.",
     )
     max_num_batched_tokens: int | None = Field(
-        default=None, ge=1, le=MAX_TOKENS, description="Token budget of one engine step (vLLM --max-num-batched-tokens); default: the engine's."
+        default=None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Token budget of one engine step (vLLM --max-num-batched-tokens); default: the engine's.",
     )
-    dtype: Dtype = Field(default="auto", description="Weight/activation dtype; auto = the checkpoint's torch_dtype.")
+    dtype: Dtype = Field(
+        default="auto", description="Weight/activation dtype; auto = the checkpoint's torch_dtype."
+    )
     quantization: str | None = Field(
         default=None,
         description="Weight quantization method (fp8, awq, gptq, compressed-tensors, bitsandbytes, mxfp4, ...); "
         "default: what the checkpoint's quantization_config says.",
         max_length=100,
     )
-    kv_cache_dtype: KvCacheDtype = Field(default="auto", description="KV cache dtype (vLLM --kv-cache-dtype).")
-    block_size: int | None = Field(
-        default=None, ge=1, le=1024, description="KV cache block (page) size in tokens; default: the engine's (vLLM 16)."
+    kv_cache_dtype: KvCacheDtype = Field(
+        default="auto", description="KV cache dtype (vLLM --kv-cache-dtype)."
     )
-    enforce_eager: bool = Field(default=False, description="Disable CUDA graphs (vLLM --enforce-eager).")
-    engine: Literal["vllm", "sglang"] = Field(default="vllm", description="Serving engine whose memory policy applies.")
+    block_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="KV cache block (page) size in tokens; default: the engine's (vLLM 16).",
+    )
+    enforce_eager: bool = Field(
+        default=False, description="Disable CUDA graphs (vLLM --enforce-eager)."
+    )
+    engine: Literal["vllm", "sglang"] = Field(
+        default="vllm", description="Serving engine whose memory policy applies."
+    )
     engine_version: str | None = Field(
         default=None,
         max_length=50,

@@ -79,7 +79,9 @@ def loads_json(text: str, field: str, where: str = "input") -> Any:
             field, f"{where} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
     except RecursionError:
-        raise InputError(field, f"{where} is nested too deeply (at most {MAX_JSON_DEPTH})") from None
+        raise InputError(
+            field, f"{where} is nested too deeply (at most {MAX_JSON_DEPTH})"
+        ) from None
     except ValueError as exc:  # from the two hooks below
         raise InputError(field, f"{where}: {exc}") from None
     check_depth(value, field, where)

@@ -83,7 +83,10 @@ class PredictRequest(Deployment):
         description=f"Requests to simulate; default: enough for stable percentiles (10 x concurrency, or ~60 s of arrivals), at most {MAX_REQUESTS}.",
     )
     seed: int = Field(
-        default=0, ge=0, le=MAX_SEED, description="Seed for arrivals and length draws (same seed, same answer)."
+        default=0,
+        ge=0,
+        le=MAX_SEED,
+        description="Seed for arrivals and length draws (same seed, same answer).",
     )
 
     @field_validator("request_rate")

@@ -288,7 +288,9 @@ def _slot_limit(a: Analysis, run: dict[str, Any]) -> tuple[float | None, str]:
     server = (run.get("meta") or {}).get("server") or {}
     stated = server.get("max_num_seqs")
     if isinstance(stated, (int, float)) and stated > 0:
-        return float(stated), f"the server's own report ({server.get('engine', 'engine')} slots: {int(stated)})"
+        return float(
+            stated
+        ), f"the server's own report ({server.get('engine', 'engine')} slots: {int(stated)})"
     labels = run.get("labels") or {}
     for key in _SLOT_LABELS:
         try:

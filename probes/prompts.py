@@ -105,7 +105,8 @@ def load_dataset(path: str) -> list[DatasetRow]:
         raise InputError("dataset", f"no such file: {path}", "a JSONL file (a regular file)")
     if st.st_size > MAX_DATASET_BYTES:
         raise InputError(
-            "dataset", f"{path} is {st.st_size / MiB:.0f} MiB; the limit is {MAX_DATASET_BYTES // MiB} MiB"
+            "dataset",
+            f"{path} is {st.st_size / MiB:.0f} MiB; the limit is {MAX_DATASET_BYTES // MiB} MiB",
         )
     rows: list[DatasetRow] = []
     with p.open(encoding="utf-8", errors="replace") as fh:

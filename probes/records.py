@@ -48,7 +48,9 @@ class RequestRecord(BaseModel):
     error_message: str | None = Field(default=None, description="Never contains the API key.")
     http_status: int | None = None
     warmup: bool = False
-    scheduled_s: float | None = Field(default=None, description="When the schedule said to send (open loop).")
+    scheduled_s: float | None = Field(
+        default=None, description="When the schedule said to send (open loop)."
+    )
     start_s: float = Field(description="When the request was sent.")
     first_byte_s: float | None = None
     first_token_s: float | None = None
@@ -56,14 +58,18 @@ class RequestRecord(BaseModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     tokens_approximate: bool = Field(
-        default=False, description="True when token counts came from counting chunks, not from usage."
+        default=False,
+        description="True when token counts came from counting chunks, not from usage.",
     )
     chunk_times_s: list[float] = Field(
         default_factory=list, description="Arrival of every token-bearing chunk."
     )
-    chunk_tokens: list[int] = Field(default_factory=list, description="Tokens carried by each chunk.")
+    chunk_tokens: list[int] = Field(
+        default_factory=list, description="Tokens carried by each chunk."
+    )
     server_timings: dict[str, float] | None = Field(
-        default=None, description="The engine's own timings when it reports them (llama.cpp `timings`)."
+        default=None,
+        description="The engine's own timings when it reports them (llama.cpp `timings`).",
     )
     prompt_text: str | None = None
     output_text: str | None = None
@@ -89,7 +95,12 @@ class RequestRecord(BaseModel):
 
     @property
     def tpot_ms(self) -> float | None:
-        if self.ttft_ms is None or self.e2e_ms is None or not self.output_tokens or self.output_tokens < 2:
+        if (
+            self.ttft_ms is None
+            or self.e2e_ms is None
+            or not self.output_tokens
+            or self.output_tokens < 2
+        ):
             return None
         return (self.e2e_ms - self.ttft_ms) / (self.output_tokens - 1)
 

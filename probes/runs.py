@@ -377,7 +377,10 @@ class CompareRunsRequest(BaseModel):
         description="Bootstrap resamples (bounded further for very large runs).",
     )
     seed: int = Field(
-        default=0, ge=0, le=2**63 - 1, description="Seed of the bootstrap (same seed, same intervals)."
+        default=0,
+        ge=0,
+        le=2**63 - 1,
+        description="Seed of the bootstrap (same seed, same intervals).",
     )
     slo: dict[str, float] | None = Field(
         default=None,

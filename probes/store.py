@@ -149,7 +149,9 @@ def _creation_lock(path: Path) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise OperationalError(f"{path} stayed locked by another process for 30 s") from None
+                    raise OperationalError(
+                        f"{path} stayed locked by another process for 30 s"
+                    ) from None
                 time.sleep(0.02)
         yield
     finally:

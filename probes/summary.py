@@ -48,6 +48,7 @@ def check_slo(v: dict[str, float] | None) -> dict[str, float] | None:
         raise ValueError(f"unknown SLO key(s) {', '.join(bad)}; accepted: {', '.join(SLO_KEYS)}")
     return {k: check_slo_ms(k, x) for k, x in v.items()}
 
+
 # Client saturation thresholds: beyond these the client, not the server, is
 # likely adding latency, so the summary says so instead of reporting clean numbers.
 # From bench/probe_precision.py on 2 cores: runs within the precision targets

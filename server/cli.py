@@ -131,8 +131,10 @@ def _add_field(parser: argparse.ArgumentParser, name: str, info: Any) -> Callabl
     annotation = _unwrap_optional(info.annotation)
     origin = typing.get_origin(annotation)
     help_text = (info.description or "").replace("%", "%%")
-    if not info.is_required() and info.default not in (None, PydanticUndefined()) and not isinstance(
-        info.default, (list, dict)
+    if (
+        not info.is_required()
+        and info.default not in (None, PydanticUndefined())
+        and not isinstance(info.default, (list, dict))
     ):
         help_text += f" [default: {info.default}]"
     kwargs: dict[str, Any] = {"help": help_text, "dest": name, "default": argparse.SUPPRESS}
@@ -205,7 +207,11 @@ def validation_message(model: Any, exc: Any, flag_style: bool = True) -> str:
     parts = []
     for err in exc.errors():
         loc = err.get("loc", ())
-        where = _location_to_flag(model, loc) if flag_style else ".".join(str(p) for p in loc) or "input"
+        where = (
+            _location_to_flag(model, loc)
+            if flag_style
+            else ".".join(str(p) for p in loc) or "input"
+        )
         msg = err.get("msg", "invalid")
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
@@ -213,7 +219,9 @@ def validation_message(model: Any, exc: Any, flag_style: bool = True) -> str:
     return "; ".join(parts)
 
 
-def parse_input(op_name: str, model: Any, argv: list[str], description: str, with_json: bool = True):
+def parse_input(
+    op_name: str, model: Any, argv: list[str], description: str, with_json: bool = True
+):
     """Parse argv into a validated model instance; returns (instance, wants_json)."""
     from pydantic import ValidationError
 
@@ -315,8 +323,14 @@ def main(argv: list[str] | None = None) -> int:
             subs = [op.name.split()[1] for op in OPERATIONS if op.name.startswith(argv[0] + " ")]
             sys.stderr.write(f"inferwise {argv[0]}: choose one of: {', '.join(subs)}\n")
         else:
-            names = [op.name for op in OPERATIONS if " " not in op.name] + groups + [s.name for s in SERVICES]
-            sys.stderr.write(f"inferwise: unknown command {argv[0]!r} (accepted: {', '.join(names)})\n")
+            names = (
+                [op.name for op in OPERATIONS if " " not in op.name]
+                + groups
+                + [s.name for s in SERVICES]
+            )
+            sys.stderr.write(
+                f"inferwise: unknown command {argv[0]!r} (accepted: {', '.join(names)})\n"
+            )
         return 2
     model = None
     try:

@@ -24,22 +24,31 @@ class DemoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     model: str = Field(
-        default="meta-llama/Llama-3.1-8B-Instruct", description="Model the simulated deployment serves."
+        default="meta-llama/Llama-3.1-8B-Instruct",
+        description="Model the simulated deployment serves.",
     )
     gpu: str = Field(default="h100-sxm-80gb", description="GPU of the simulated deployment.")
     concurrency: int = Field(default=8, ge=1, le=64, description="Concurrency of the probe.")
     requests: int = Field(default=32, ge=1, le=500, description="Requests the probe sends.")
     input_tokens: int = Field(default=1024, ge=1, le=32_000, description="Prompt length in tokens.")
     output_tokens: int = Field(default=128, ge=1, le=4096, description="Output length in tokens.")
-    ttft_slo_ms: float = Field(default=500, gt=0, description="TTFT p95 target used for goodput and the plan.")
-    itl_slo_ms: float = Field(default=50, gt=0, description="ITL p95 target used for goodput and the plan.")
+    ttft_slo_ms: float = Field(
+        default=500, gt=0, description="TTFT p95 target used for goodput and the plan."
+    )
+    itl_slo_ms: float = Field(
+        default=50, gt=0, description="ITL p95 target used for goodput and the plan."
+    )
     target: Literal["sim", "llama.cpp"] = Field(
         default="sim",
         description="What the probe measures: the simulated engine, or a real llama.cpp server with a "
         "random-weight test model on this CPU (needs the binary .ci/prepare-engine builds).",
     )
-    db: str | None = Field(default=None, description="Run database (default: the user's run store).")
-    json_output: bool = Field(default=False, description="Print each step's JSON instead of Markdown.")
+    db: str | None = Field(
+        default=None, description="Run database (default: the user's run store)."
+    )
+    json_output: bool = Field(
+        default=False, description="Print each step's JSON instead of Markdown."
+    )
 
 
 def _show(title: str, template: str, result: BaseModel, as_json: bool) -> None:
@@ -64,7 +73,12 @@ def _workload(cfg: DemoConfig, measured_rps: float | None) -> dict[str, Any]:
             "output_tokens": {"p50": cfg.output_tokens},
         },
         "slo": {"ttft_ms": {"p95": cfg.ttft_slo_ms}, "itl_ms": {"p95": cfg.itl_slo_ms}},
-        "deployment": {"model": cfg.model, "engine": "vllm", "gpu": cfg.gpu, "tensor_parallel_size": 1},
+        "deployment": {
+            "model": cfg.model,
+            "engine": "vllm",
+            "gpu": cfg.gpu,
+            "tensor_parallel_size": 1,
+        },
     }
     if measured_rps:
         # the rate the probe sustained: what the product would offer at this concurrency
@@ -90,7 +104,9 @@ def _target(cfg: DemoConfig) -> Iterator[tuple[str, str]]:
     binary = find_llama_server()
     if binary is None:
         raise InputError(
-            "target", "no llama-server binary is cached; build it once with .ci/prepare-engine (minutes)", "sim"
+            "target",
+            "no llama-server binary is cached; build it once with .ci/prepare-engine (minutes)",
+            "sim",
         )
     with tempfile.TemporaryDirectory() as tmp:
         model = write_test_model(Path(tmp) / "test-llama.gguf", seed=0)
@@ -109,13 +125,31 @@ def run_demo(cfg: DemoConfig) -> int:
         f"# inferwise demo\n\n{cfg.model} on one {cfg.gpu}, served by the simulated engine "
         "(step times from the roofline model; no GPU needed).\n"
     )
-    _show("1. fit: will it fit, and how much KV cache is left?", "fit.md.j2",
-          estimate_fit(FitRequest(**deployment, context_tokens=cfg.input_tokens + cfg.output_tokens,
-                                  concurrency=cfg.concurrency)), cfg.json_output)
-    _show("2. predict: what latency should this load see?", "predict.md.j2",
-          predict_performance(PredictRequest(**deployment, input_tokens=cfg.input_tokens,
-                                             output_tokens=cfg.output_tokens, concurrency=cfg.concurrency)),
-          cfg.json_output)
+    _show(
+        "1. fit: will it fit, and how much KV cache is left?",
+        "fit.md.j2",
+        estimate_fit(
+            FitRequest(
+                **deployment,
+                context_tokens=cfg.input_tokens + cfg.output_tokens,
+                concurrency=cfg.concurrency,
+            )
+        ),
+        cfg.json_output,
+    )
+    _show(
+        "2. predict: what latency should this load see?",
+        "predict.md.j2",
+        predict_performance(
+            PredictRequest(
+                **deployment,
+                input_tokens=cfg.input_tokens,
+                output_tokens=cfg.output_tokens,
+                concurrency=cfg.concurrency,
+            )
+        ),
+        cfg.json_output,
+    )
     with _target(cfg) as (base_url, what):
         sys.stderr.write(f"{what} listening on {base_url}\n")
         probe = asyncio.run(
@@ -129,19 +163,32 @@ def run_demo(cfg: DemoConfig) -> int:
                     input_tokens=cfg.input_tokens,
                     output_tokens=cfg.output_tokens,
                     slo={"ttft_ms": cfg.ttft_slo_ms, "itl_ms": cfg.itl_slo_ms},
-                    label={"demo": "true", "engine": what, **({"gpu": cfg.gpu} if cfg.target == "sim" else {})},
+                    label={
+                        "demo": "true",
+                        "engine": what,
+                        **({"gpu": cfg.gpu} if cfg.target == "sim" else {}),
+                    },
                     db=cfg.db,
                     metrics_interval_s=0.5,
                 )
             )
         )
-    _show(f"3. probe: measured against the {what} (run {probe.run_id})", "probe.md.j2", probe, cfg.json_output)
+    _show(
+        f"3. probe: measured against the {what} (run {probe.run_id})",
+        "probe.md.j2",
+        probe,
+        cfg.json_output,
+    )
     plan = plan_experiments(
-        PlanRequest(workload=json.dumps(_workload(cfg, probe.summary.request_throughput)), run=probe.run_id, db=cfg.db)
+        PlanRequest(
+            workload=json.dumps(_workload(cfg, probe.summary.request_throughput)),
+            run=probe.run_id,
+            db=cfg.db,
+        )
     )
     _show("4. plan: what to measure and change next", "plan.md.j2", plan, cfg.json_output)
     sys.stdout.write(
-        f"\nNext: `inferwise runs show {probe.run_id}`, `inferwise kb search \"prefix caching\"`, "
+        f'\nNext: `inferwise runs show {probe.run_id}`, `inferwise kb search "prefix caching"`, '
         "or connect an assistant with `inferwise mcp`.\n"
     )
     return 0

@@ -150,8 +150,12 @@ def register_prompts(server: Any) -> None:
                 "concurrency, then compare later runs with compare_runs."
             )
         else:
-            lines.append("4. If an endpoint exists, measure a baseline with probe_endpoint; otherwise say which measurement is missing.")
-        lines.append("5. Rank bottleneck hypotheses with diagnose_bottleneck and say how to prove the leading one.")
+            lines.append(
+                "4. If an endpoint exists, measure a baseline with probe_endpoint; otherwise say which measurement is missing."
+            )
+        lines.append(
+            "5. Rank bottleneck hypotheses with diagnose_bottleneck and say how to prove the leading one."
+        )
         target = f" using the workload file {workload_file}" if workload_file else ""
         lines.append(
             f"6. Produce the plan with plan_experiments{target}: assumptions and missing measurements, "
@@ -164,8 +168,14 @@ def register_prompts(server: Any) -> None:
         title="Size a deployment",
         description="Find GPUs, parallelism and engine settings on which a model serves a given context and concurrency.",
     )
-    def size_deployment(model: str, context_tokens: str = "8192", concurrency: str = "32", gpu: str = "") -> str:
-        gpu_part = f"on {gpu}" if gpu else "on the GPUs in the catalog (start with h100-sxm-80gb and h200-sxm-141gb)"
+    def size_deployment(
+        model: str, context_tokens: str = "8192", concurrency: str = "32", gpu: str = ""
+    ) -> str:
+        gpu_part = (
+            f"on {gpu}"
+            if gpu
+            else "on the GPUs in the catalog (start with h100-sxm-80gb and h200-sxm-141gb)"
+        )
         return (
             f"Size a deployment of {model} {gpu_part} for {concurrency} concurrent requests of "
             f"{context_tokens} tokens of context.\n"

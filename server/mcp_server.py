@@ -82,7 +82,8 @@ class MCPConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     transport: Literal["stdio", "http"] = Field(
-        default="stdio", description="stdio for a client that launches the server; http for streamable HTTP."
+        default="stdio",
+        description="stdio for a client that launches the server; http for streamable HTTP.",
     )
     host: str = Field(default="127.0.0.1", description="Address to bind the HTTP transport to.")
     port: int = Field(default=8765, ge=1, le=65535, description="Port of the HTTP transport.")
@@ -94,7 +95,9 @@ class MCPConfig(BaseModel):
         default=None,
         description="Name of an environment variable holding a bearer token that HTTP clients must send.",
     )
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="WARNING", description="Server log level (stderr).")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="WARNING", description="Server log level (stderr)."
+    )
 
 
 def _tool_error_text(exc: InputError) -> str:
@@ -113,7 +116,9 @@ def operator_probe_caps() -> dict[str, float]:
             try:
                 caps[name] = float(raw) if name.endswith("_s") else int(raw)
             except ValueError:
-                raise OperationalError(f"{env}={raw!r} is not a number; the operator must fix it") from None
+                raise OperationalError(
+                    f"{env}={raw!r} is not a number; the operator must fix it"
+                ) from None
     return caps
 
 
@@ -178,7 +183,9 @@ def make_tool_function(op: Operation, strict_probe_policy: Any = None) -> Any:
                 params = inspect.signature(op.func).parameters
                 if "progress" in params and ctx is not None:
 
-                    async def progress(done: float, total: float | None = None, message: str = "") -> None:
+                    async def progress(
+                        done: float, total: float | None = None, message: str = ""
+                    ) -> None:
                         # a client that went away must not fail the run
                         with contextlib.suppress(Exception):
                             await ctx.report_progress(done, total, message or None)
@@ -216,13 +223,23 @@ def make_tool_function(op: Operation, strict_probe_policy: Any = None) -> Any:
     annotations: dict[str, Any] = {}
     for name, info in fields.items():
         # The parameter carries the default; the FieldInfo copy keeps description and constraints.
-        default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
+        default = (
+            inspect.Parameter.empty
+            if info.is_required()
+            else info.get_default(call_default_factory=True)
+        )
         meta = copy.copy(info)
         meta.default, meta.default_factory = PydanticUndefined, None
         annotation = Annotated[info.annotation, meta]
-        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+        parameters.append(
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+            )
+        )
         annotations[name] = annotation
-    parameters.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context))
+    parameters.append(
+        inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context)
+    )
     annotations["ctx"] = Context
     annotations["return"] = op.output_model
     tool.__signature__ = inspect.Signature(parameters, return_annotation=op.output_model)  # type: ignore[attr-defined]
@@ -237,7 +254,9 @@ def strict_policy_from_env() -> Any:
         from inferwise.probes.policy import TargetPolicy
     except ImportError:  # the probe is not installed in this build
         return None
-    return TargetPolicy.from_entries([os.environ.get("INFERWISE_MCP_ALLOW_HOSTS", "")], mode="strict")
+    return TargetPolicy.from_entries(
+        [os.environ.get("INFERWISE_MCP_ALLOW_HOSTS", "")], mode="strict"
+    )
 
 
 def _add_tool(server: Any, tool_name: str, op: Operation, policy: Any) -> None:
@@ -403,9 +422,13 @@ def transport_security(config: MCPConfig) -> Any:
 
     hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*", *(config.allowed_host or [])]
     origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
-    origins += [f"http://{h}" for h in config.allowed_host or []] + [f"https://{h}" for h in config.allowed_host or []]
+    origins += [f"http://{h}" for h in config.allowed_host or []] + [
+        f"https://{h}" for h in config.allowed_host or []
+    ]
     # Always explicit: the SDK turns the Host check off for any bind it does not recognise as local.
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
 
 
 class BearerTokenMiddleware:
@@ -422,8 +445,19 @@ class BearerTokenMiddleware:
             headers = dict(scope.get("headers") or [])
             got = headers.get(b"authorization", b"")
             if not hmac.compare_digest(got, b"Bearer " + self._token):
-                await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
-                await send({"type": "http.response.body", "body": b"missing or wrong bearer token\n"})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"text/plain"),
+                            (b"www-authenticate", b"Bearer"),
+                        ],
+                    }
+                )
+                await send(
+                    {"type": "http.response.body", "body": b"missing or wrong bearer token\n"}
+                )
                 return
         await self.app(scope, receive, send)
 
@@ -432,11 +466,15 @@ def http_app(config: MCPConfig, server: Any = None) -> Any:
     """The streamable-HTTP ASGI app (SSE responses, so progress notifications flow; never json_response)."""
     _check_bind(config)
     server = server or build_server(config.log_level)
-    app = server.streamable_http_app(transport_security=transport_security(config), host=config.host)
+    app = server.streamable_http_app(
+        transport_security=transport_security(config), host=config.host
+    )
     if config.token_env:
         token = os.environ.get(config.token_env)
         if not token:
-            raise InputError("token_env", f"environment variable {config.token_env} is not set or empty")
+            raise InputError(
+                "token_env", f"environment variable {config.token_env} is not set or empty"
+            )
         app = BearerTokenMiddleware(app, token)
     return app
 
@@ -453,15 +491,21 @@ def serve(config: MCPConfig) -> int:
     app = http_app(config)
     # Bind before announcing: a port in use is the caller's to fix (exit 2, one line), not a
     # "serving on" line followed by uvicorn's error and its exit code 3.
-    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(
+        socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM
+    )
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((config.host, config.port))
     except OSError as exc:
         sock.close()
-        raise InputError("port", f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+        raise InputError(
+            "port", f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}"
+        ) from None
     sock.listen(2048)
     sys.stderr.write(f"inferwise MCP (streamable HTTP) on http://{config.host}:{config.port}/mcp\n")
-    uv = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower()))
+    uv = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level.lower())
+    )
     anyio.run(functools.partial(uv.serve, sockets=[sock]))
     return 0

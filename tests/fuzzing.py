@@ -169,8 +169,7 @@ def _for_type(name: str, base: Any) -> st.SearchStrategy[Any]:
             st.fixed_dictionaries(
                 {},
                 optional={
-                    n: for_field(n, f.annotation, f.metadata)
-                    for n, f in base.model_fields.items()
+                    n: for_field(n, f.annotation, f.metadata) for n, f in base.model_fields.items()
                 },
             ),
             JSON,

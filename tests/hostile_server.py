@@ -127,7 +127,9 @@ class HostileServer:
             return await self._json(
                 w,
                 {
-                    "choices": [{"index": 0, "message": {"content": "ok"}, "finish_reason": "stop"}],
+                    "choices": [
+                        {"index": 0, "message": {"content": "ok"}, "finish_reason": "stop"}
+                    ],
                     "usage": {"prompt_tokens": words + 5, "completion_tokens": 1},
                 },
             )

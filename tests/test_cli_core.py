@@ -30,7 +30,9 @@ class Demo(BaseModel):
     enforce_eager: bool = False
     sweep: list[float] | None = None
     label: dict[str, str] | None = None
-    duration_s: float | None = Field(default=None, gt=0, json_schema_extra={"cli_aliases": ["--duration"]})
+    duration_s: float | None = Field(
+        default=None, gt=0, json_schema_extra={"cli_aliases": ["--duration"]}
+    )
     steps: list[Step] | None = None
 
 
@@ -43,7 +45,9 @@ def demo_func(req: Demo) -> DemoOut:
     if req.url == "explode":
         raise OperationalError("every request failed")
     if req.url == "bad":
-        raise InputError("tensor_parallel_size", "must divide 32 attention heads", "1, 2, 4, 8, 16, 32")
+        raise InputError(
+            "tensor_parallel_size", "must divide 32 attention heads", "1, 2, 4, 8, 16, 32"
+        )
     return DemoOut(echo=req.model_dump(mode="json"), failed=req.url == "fail")
 
 
@@ -144,7 +148,22 @@ def test_exit_codes(demo_op, capsys) -> None:
 
 def test_top_level_help_lists_every_command() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "inferwise.server", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "inferwise.server", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
-    for name in ["fit", "predict", "budget", "probe", "plan", "diagnose", "kb search", "runs compare", "mcp", "sim", "demo"]:
+    for name in [
+        "fit",
+        "predict",
+        "budget",
+        "probe",
+        "plan",
+        "diagnose",
+        "kb search",
+        "runs compare",
+        "mcp",
+        "sim",
+        "demo",
+    ]:
         assert f"  {name} " in out

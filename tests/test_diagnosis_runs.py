@@ -165,7 +165,9 @@ def test_slot_count_reported_by_the_server_counts_as_the_limit() -> None:
         def value(self, path):
             return None
 
-    cap, basis = _slot_limit(_A(), {"meta": {"server": {"engine": "llama.cpp", "max_num_seqs": 4}}, "labels": {}})
+    cap, basis = _slot_limit(
+        _A(), {"meta": {"server": {"engine": "llama.cpp", "max_num_seqs": 4}}, "labels": {}}
+    )
     assert cap == 4 and "llama.cpp" in basis
     cap, _ = _slot_limit(_A(), {"meta": {}, "labels": {"slots": "8"}})
     assert cap == 8

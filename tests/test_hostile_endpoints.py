@@ -172,5 +172,8 @@ def test_stored_text_never_holds_the_api_key_an_endpoint_echoes(tmp_path, monkey
     from inferwise.server.cli import main
 
     out = tmp_path / "export.jsonl"
-    assert main(["runs", "export", result.run_id, "--db", db, "--include-text", "--output", str(out)]) == 0
+    assert (
+        main(["runs", "export", result.run_id, "--db", db, "--include-text", "--output", str(out)])
+        == 0
+    )
     assert key not in out.read_text()

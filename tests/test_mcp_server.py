@@ -23,12 +23,24 @@ TOKEN = secrets.token_urlsafe(18)
 FIT = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
 WORKLOAD = {
     "name": "support-chat",
-    "traffic": {"mode": "online", "arrival_rate_rps": 5, "input_tokens": {"p50": 1500, "p95": 4000},
-                "output_tokens": {"p50": 250, "p95": 600}},
+    "traffic": {
+        "mode": "online",
+        "arrival_rate_rps": 5,
+        "input_tokens": {"p50": 1500, "p95": 4000},
+        "output_tokens": {"p50": 250, "p95": 600},
+    },
     "slo": {"ttft_ms": {"p95": 800}, "itl_ms": {"p95": 50}},
-    "deployment": {"model": "meta-llama/Llama-3.1-8B-Instruct", "engine": "vllm", "gpu": "h100-sxm-80gb"},
-    "observations": {"ttft_ms": {"p50": 2100, "p95": 6000}, "itl_ms": {"p50": 28, "p95": 35},
-                     "queue_depth": 40, "concurrency": 64},
+    "deployment": {
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "engine": "vllm",
+        "gpu": "h100-sxm-80gb",
+    },
+    "observations": {
+        "ttft_ms": {"p50": 2100, "p95": 6000},
+        "itl_ms": {"p50": 28, "p95": 35},
+        "queue_depth": 40,
+        "concurrency": 64,
+    },
     "symptoms": ["ttft_high", "itl_normal"],
 }
 
@@ -61,8 +73,15 @@ def test_every_design_tool_is_listed_with_schemas_and_annotations(server) -> Non
 
     tools = {t.name: t for t in run(go())}
     assert set(tools) == {
-        "estimate_memory_fit", "predict_performance", "decompose_latency_budget", "probe_endpoint",
-        "diagnose_bottleneck", "plan_experiments", "search_knowledge", "list_runs", "compare_runs",
+        "estimate_memory_fit",
+        "predict_performance",
+        "decompose_latency_budget",
+        "probe_endpoint",
+        "diagnose_bottleneck",
+        "plan_experiments",
+        "search_knowledge",
+        "list_runs",
+        "compare_runs",
     }
     for tool in tools.values():
         assert tool.output_schema, tool.name
@@ -81,7 +100,10 @@ def test_every_design_tool_is_listed_with_schemas_and_annotations(server) -> Non
     "name,args",
     [
         ("estimate_memory_fit", FIT),
-        ("predict_performance", {**FIT, "input_tokens": 1000, "output_tokens": 200, "concurrency": 8}),
+        (
+            "predict_performance",
+            {**FIT, "input_tokens": 1000, "output_tokens": 200, "concurrency": 8},
+        ),
         ("search_knowledge", {"query": "prefix caching hit rate"}),
         ("diagnose_bottleneck", {"workload": json.dumps(WORKLOAD)}),
         ("plan_experiments", {"workload": json.dumps(WORKLOAD)}),
@@ -104,7 +126,11 @@ def test_valid_calls_return_structured_content_matching_the_schema(server, name,
         ("estimate_memory_fit", {**FIT, "gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
         ("estimate_memory_fit", {"model": FIT["model"]}, "gpu"),
         ("predict_performance", {**FIT, "input_tokens": -5, "output_tokens": 10}, "input_tokens"),
-        ("plan_experiments", {"workload": '{"traffic": {"arrival_rate_rps": -1}}'}, "arrival_rate_rps"),
+        (
+            "plan_experiments",
+            {"workload": '{"traffic": {"arrival_rate_rps": -1}}'},
+            "arrival_rate_rps",
+        ),
         ("plan_experiments", {"workload": '{"symptoms": ["sad"]}'}, "symptoms"),
         ("compare_runs", {"run_ids": ["nope-1", "nope-2"]}, "run"),
     ],
@@ -119,13 +145,23 @@ def test_probe_tool_refuses_targets_outside_the_operators_allowlist(tmp_path, mo
     monkeypatch.setenv("INFERWISE_DB", str(tmp_path / "runs.db"))
     monkeypatch.setenv("INFERWISE_MCP_ALLOW_HOSTS", "")
     server = mcp_server.build_server()
-    _, result = run(_call(server, "probe_endpoint", {"url": "http://127.0.0.1:9", "model": "m", "requests": 1}))
+    _, result = run(
+        _call(server, "probe_endpoint", {"url": "http://127.0.0.1:9", "model": "m", "requests": 1})
+    )
     assert result.is_error and "url" in result.content[0].text
-    _, result = run(_call(server, "probe_endpoint", {"url": "http://169.254.169.254/v1", "model": "m", "requests": 1}))
+    _, result = run(
+        _call(
+            server,
+            "probe_endpoint",
+            {"url": "http://169.254.169.254/v1", "model": "m", "requests": 1},
+        )
+    )
     assert result.is_error
 
 
-def test_probe_tool_measures_the_simulated_engine_reports_progress_and_stores_the_run(server) -> None:
+def test_probe_tool_measures_the_simulated_engine_reports_progress_and_stores_the_run(
+    server,
+) -> None:
     from mcp.client import Client
 
     from inferwise.probes.sim import SimConfig, SimServer
@@ -157,18 +193,35 @@ def test_resources_and_prompts(server) -> None:
     async def go():
         async with Client(server) as client:
             listed = {str(r.uri) for r in (await client.list_resources()).resources}
-            templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
-            index = json.loads((await client.read_resource("inferwise://knowledge")).contents[0].text)
-            doc = (await client.read_resource(f"inferwise://knowledge/{index[0]['id']}")).contents[0].text
-            gpus = json.loads((await client.read_resource("inferwise://catalog/gpus")).contents[0].text)
-            models = json.loads((await client.read_resource("inferwise://catalog/models")).contents[0].text)
+            templates = {
+                t.uri_template for t in (await client.list_resource_templates()).resource_templates
+            }
+            index = json.loads(
+                (await client.read_resource("inferwise://knowledge")).contents[0].text
+            )
+            doc = (
+                (await client.read_resource(f"inferwise://knowledge/{index[0]['id']}"))
+                .contents[0]
+                .text
+            )
+            gpus = json.loads(
+                (await client.read_resource("inferwise://catalog/gpus")).contents[0].text
+            )
+            models = json.loads(
+                (await client.read_resource("inferwise://catalog/models")).contents[0].text
+            )
             prompts = {p.name for p in (await client.list_prompts()).prompts}
             review = await client.get_prompt("inference_review", {"product": "support chat"})
             size = await client.get_prompt("size_deployment", {"model": "Qwen/Qwen3-8B"})
             return listed, templates, index, doc, gpus, models, prompts, review, size
 
     listed, templates, index, doc, gpus, models, prompts, review, size = run(go())
-    assert {"inferwise://knowledge", "inferwise://catalog/gpus", "inferwise://catalog/models", "inferwise://runs"} <= listed
+    assert {
+        "inferwise://knowledge",
+        "inferwise://catalog/gpus",
+        "inferwise://catalog/models",
+        "inferwise://runs",
+    } <= listed
     assert {"inferwise://knowledge/{doc_id}", "inferwise://runs/{run_id}"} <= templates
     assert len(index) >= 20 and doc.startswith("# ")
     assert any(g["id"] == "h100-sxm-80gb" for g in gpus)
@@ -184,7 +237,9 @@ def test_stdio_smoke(mode, tmp_path) -> None:
     from mcp.client.stdio import StdioServerParameters
 
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "inferwise.server", "mcp"], env={"INFERWISE_DB": str(tmp_path / "r.db")}
+        command=sys.executable,
+        args=["-m", "inferwise.server", "mcp"],
+        env={"INFERWISE_DB": str(tmp_path / "r.db")},
     )
 
     async def go():
@@ -250,7 +305,9 @@ def test_http_refuses_foreign_host_and_missing_token(http_server) -> None:
     no_token = httpx.post(http_server, json=body, headers=headers, timeout=10)
     assert no_token.status_code == 401
     auth = {**headers, "Authorization": f"Bearer {TOKEN}"}
-    foreign = httpx.post(http_server, json=body, headers={**auth, "Host": "evil.example:80"}, timeout=10)
+    foreign = httpx.post(
+        http_server, json=body, headers={**auth, "Host": "evil.example:80"}, timeout=10
+    )
     assert foreign.status_code in (403, 421)
 
 
@@ -283,7 +340,13 @@ def test_cancelled_probe_keeps_the_finished_requests_as_interrupted(server, tmp_
             call = asyncio.create_task(
                 client.call_tool(
                     "probe_endpoint",
-                    {"url": url, "model": "m", "requests": 200, "concurrency": 2, "output_tokens": 50},
+                    {
+                        "url": url,
+                        "model": "m",
+                        "requests": 200,
+                        "concurrency": 2,
+                        "output_tokens": 50,
+                    },
                     progress_callback=on_progress,
                 )
             )
