@@ -18,7 +18,8 @@ project modules only (the MCP server imports this at start-up).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,7 +28,11 @@ from .errors import InputError
 
 if TYPE_CHECKING:
     from .architecture import ModelArchitecture
-    from .catalog import ModelSource
+    from .catalog import GPU, ModelSource
+    from .engine_policy import KVCapacity, KVLayout, VllmRules
+    from .kv_cache import KVBytesPerToken
+    from .params import ParamCounts, WeightBytes
+    from .quantization import QuantScheme
 
 GiB = 1 << 30
 
@@ -174,6 +179,11 @@ class FitResult(BaseModel):
     max_concurrency: float = Field(
         description="As vLLM logs 'Maximum concurrency for max_model_len tokens per request'."
     )
+    estimated_max_model_len: int | None = Field(
+        default=None,
+        description="When one request of max_model_len does not fit: the longest context that "
+        "does (vLLM's 'estimated maximum model length'); null otherwise.",
+    )
     answer: QuestionAnswer | None = None
     quantities: list[Quantity] = Field(
         description="Which figures are measured, computed or assumed."
@@ -254,6 +264,67 @@ def estimate_fit_with_available(req: FitRequest, available_kv_bytes: int | list[
     return _estimate(req, with_suggestions=False, available_override=available_kv_bytes)
 
 
+@dataclass
+class _Notes:
+    """What a fit says beside its numbers, gathered by every step."""
+
+    assumptions: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    quantities: list[Quantity] = field(default_factory=list)
+
+
+@dataclass
+class _Replica:
+    """One replica as every engine's fit starts from it: the model, the GPU and the
+    request's shape, each read and checked once."""
+
+    req: FitRequest
+    source: ModelSource
+    arch: ModelArchitecture
+    gpu: GPU | None
+    gpu_label: str
+    total_gib: float
+    num_gpus: int
+    dtype_name: str
+    act_bytes: float
+    scheme: QuantScheme
+    wb: WeightBytes
+    counts: ParamCounts
+    kvb: KVBytesPerToken
+    kv_dtype_name: str
+    max_model_len: int
+    notes: _Notes
+
+    @property
+    def total(self) -> float:
+        """Memory per GPU, bytes."""
+        return self.total_gib * GiB
+
+    @property
+    def gpu_id(self) -> str | None:
+        return self.gpu.id if self.gpu else None
+
+
+@dataclass(frozen=True)
+class _VllmLimits:
+    rules: VllmRules
+    block_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+
+
+@dataclass(frozen=True)
+class _StageMemory:
+    """Per pipeline stage: what is left for the KV cache, and the charges before it."""
+
+    usable: float
+    avail: list[int]
+    acts: list[int]
+    non_torch: int
+    graphs: int
+    graphs_in_budget: bool
+
+
 def _estimate(
     req: FitRequest,
     with_suggestions: bool,
@@ -263,55 +334,106 @@ def _estimate(
     """The fit. ``resolved`` is the (source, architecture) of ``req.model``
     already read, passed by ``_suggestions`` for alternatives that keep the
     model and its overrides, so they do not read and normalise it again."""
-    from . import engine_policy as ep
-    from .architecture import from_config
-    from .catalog import get_gpu, load_model
+    replica = _replica(req, resolved)
+    if req.engine == "sglang":
+        return _sglang(replica)
+    result = _vllm(replica, available_override)
+    if with_suggestions:
+        result.suggestions = _suggestions(
+            req, result, replica.source, replica.arch, replica.scheme, replica.gpu
+        )
+    return result
+
+
+# --------------------------------------------------------------------------- the replica
+
+
+def _replica(req: FitRequest, resolved: tuple[ModelSource, ModelArchitecture] | None) -> _Replica:
+    """Read the model, the GPU and the parallel layout; size the weights and the KV cost."""
     from .kv_cache import kv_bytes_per_token
-    from .params import count_parameters, weight_bytes
+    from .params import count_parameters
     from .quantization import resolve_quantization
 
-    assumptions: list[str] = []
-    warnings: list[str] = []
-    quantities: list[Quantity] = []
-
-    if resolved is None:
-        # fresh=False: the config is only read here, never changed; no copy needed
-        source = load_model(req.model, fresh=False)
-        arch = from_config(source.config, req.hf_overrides)
-    else:
-        source, arch = resolved
-    assumptions += list(arch.notes)
+    notes = _Notes()
+    source, arch = resolved or _read_model(req)
+    notes.assumptions += list(arch.notes)
     _check_parallelism(req, arch)
+    gpu, total_gib = _gpu_memory(req, notes)
+    num_gpus = _replica_gpus(req, notes)
+    dtype_name, act_bytes = _resolve_dtype(req.dtype, arch.torch_dtype, notes.assumptions)
+    scheme = resolve_quantization(req.quantization, arch.quantization_config)
+    tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
+    kvb = kv_bytes_per_token(arch, req.kv_cache_dtype, tp, pp, act_bytes)
+    replica = _Replica(
+        req=req,
+        source=source,
+        arch=arch,
+        gpu=gpu,
+        gpu_label=gpu.id if gpu else f"custom-{total_gib:g}gib",
+        total_gib=total_gib,
+        num_gpus=num_gpus,
+        dtype_name=dtype_name,
+        act_bytes=act_bytes,
+        scheme=scheme,
+        wb=None,  # type: ignore[arg-type]  # set by _weights, next
+        counts=count_parameters(arch),
+        kvb=kvb,
+        kv_dtype_name=f"auto ({dtype_name})"
+        if req.kv_cache_dtype == "auto"
+        else req.kv_cache_dtype,
+        max_model_len=0,
+        notes=notes,
+    )
+    replica.wb = _weights(replica)
+    notes.assumptions += list(kvb.notes)
+    replica.max_model_len = _max_model_len(req, arch, notes)
+    return replica
+
+
+def _read_model(req: FitRequest) -> tuple[ModelSource, ModelArchitecture]:
+    from .architecture import from_config
+    from .catalog import load_model
+
+    # fresh=False: the config is only read here, never changed; no copy needed
+    source = load_model(req.model, fresh=False)
+    return source, from_config(source.config, req.hf_overrides)
+
+
+def _gpu_memory(req: FitRequest, notes: _Notes) -> tuple[GPU | None, float]:
+    """The catalog GPU (if named) and the memory per GPU the runtime reports, GiB."""
+    from . import engine_policy as ep
+    from .catalog import get_gpu
 
     gpu = get_gpu(req.gpu) if req.gpu else None
     if req.gpu_memory_gib is not None:
         total_gib = float(req.gpu_memory_gib)
         if gpu is not None:
-            warnings.append(
+            notes.warnings.append(
                 f"--gpu-memory-gib {total_gib:g} overrides the catalog's {gpu.memory_total_gib:g} GiB for {gpu.id}"
             )
-        quantities.append(
+        notes.quantities.append(
             Quantity(name="total_gib", provenance="measured", detail="given by --gpu-memory-gib")
         )
-    else:
-        assert gpu is not None
-        total_gib, how = ep.runtime_total_gib(
-            gpu.memory_total_gib, gpu.memory_total_gib_torch, gpu.vendor
+        return gpu, total_gib
+    if gpu is None:  # the request model requires gpu or gpu_memory_gib
+        raise InputError("gpu", "give gpu (a catalog id) or gpu_memory_gib")
+    total_gib, how = ep.runtime_total_gib(
+        gpu.memory_total_gib, gpu.memory_total_gib_torch, gpu.vendor
+    )
+    measured = gpu.memory_total_gib_torch or gpu.vendor != "nvidia"
+    notes.quantities.append(
+        Quantity(
+            name="total_gib",
+            provenance="measured" if measured else "assumed",
+            detail=f"{gpu.name}: {total_gib:.2f} GiB, {how} ({gpu.source_url})",
         )
-        quantities.append(
-            Quantity(
-                name="total_gib",
-                provenance="measured"
-                if gpu.memory_total_gib_torch or gpu.vendor != "nvidia"
-                else "assumed",
-                detail=f"{gpu.name}: {total_gib:.2f} GiB, {how} ({gpu.source_url})",
-            )
-        )
-    gpu_label = gpu.id if gpu else f"custom-{total_gib:g}gib"
-    total = total_gib * GiB
+    )
+    return gpu, total_gib
 
-    tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
-    world = tp * pp
+
+def _replica_gpus(req: FitRequest, notes: _Notes) -> int:
+    """GPUs the request names (default: one replica's); more than a replica is data parallel."""
+    world = req.tensor_parallel_size * req.pipeline_parallel_size
     num_gpus = req.num_gpus or world
     if num_gpus < world:
         raise InputError(
@@ -321,52 +443,64 @@ def _estimate(
         )
     if num_gpus > world:
         if num_gpus % world:
-            warnings.append(
+            notes.warnings.append(
                 f"{num_gpus} GPUs is not a multiple of the replica size {world}; some would idle"
             )
-        warnings.append(
+        notes.warnings.append(
             f"this fit is for one replica of {world} GPU(s); {num_gpus // world} replicas fit on {num_gpus} GPUs "
             "(data parallel), each with the KV cache below"
         )
+    return num_gpus
 
-    dtype_name, act_bytes = _resolve_dtype(req.dtype, arch.torch_dtype, assumptions)
-    scheme = resolve_quantization(req.quantization, arch.quantization_config)
+
+def _weights(r: _Replica) -> WeightBytes:
+    """Weight bytes per GPU as the engine shards them, checked against the checkpoint."""
+    from . import engine_policy as ep
+    from .params import weight_bytes
+
+    req, scheme = r.req, r.scheme
     alignment = (256, 128)
     if req.engine == "vllm":
-        alignment = ep.mxfp4_alignment(ep.vllm_rules(req.engine_version), gpu.id if gpu else None)
-    wb = weight_bytes(arch, scheme, act_bytes, tp, pp, mxfp4_alignment=alignment)
-    assumptions += list(wb.notes)
-    counts = count_parameters(arch)
-    quantities.append(
+        alignment = ep.mxfp4_alignment(ep.vllm_rules(req.engine_version), r.gpu_id)
+    tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
+    wb = weight_bytes(r.arch, scheme, r.act_bytes, tp, pp, mxfp4_alignment=alignment)
+    r.notes.assumptions += list(wb.notes)
+    what = scheme.description if scheme.is_quantized else r.dtype_name
+    r.notes.quantities.append(
         Quantity(
             name="weights_gib",
             provenance="computed",
-            detail=f"{counts.total:,} parameters from config.json; {scheme.description if scheme.is_quantized else dtype_name}; "
+            detail=f"{r.counts.total:,} parameters from config.json; {what}; "
             "split per module as vLLM shards it",
         )
     )
-    if source.checkpoint_bytes:
-        on_disk = weight_bytes(arch, scheme, act_bytes, 1, 1, runtime_layout=False).total_bytes
-        diff = (on_disk - source.checkpoint_bytes) / source.checkpoint_bytes
-        quantities.append(
-            Quantity(
-                name="checkpoint_bytes",
-                provenance="measured",
-                detail=f"{source.checkpoint_bytes / GiB:.2f} GiB on disk; computed weights differ by {diff:+.1%}",
-            )
+    if r.source.checkpoint_bytes:
+        _check_against_checkpoint(r)
+    return wb
+
+
+def _check_against_checkpoint(r: _Replica) -> None:
+    from .params import weight_bytes
+
+    on_disk = weight_bytes(r.arch, r.scheme, r.act_bytes, 1, 1, runtime_layout=False).total_bytes
+    checkpoint = r.source.checkpoint_bytes or 1
+    diff = (on_disk - checkpoint) / checkpoint
+    r.notes.quantities.append(
+        Quantity(
+            name="checkpoint_bytes",
+            provenance="measured",
+            detail=f"{checkpoint / GiB:.2f} GiB on disk; computed weights differ by {diff:+.1%}",
         )
-        if abs(diff) > 0.03:
-            warnings.append(
-                f"computed weights ({on_disk / GiB:.2f} GiB) differ from the checkpoint "
-                f"({source.checkpoint_bytes / GiB:.2f} GiB) by {diff:+.1%}; extra tensors (e.g. MTP layers) "
-                "or a different format"
-            )
+    )
+    if abs(diff) > 0.03:
+        r.notes.warnings.append(
+            f"computed weights ({on_disk / GiB:.2f} GiB) differ from the checkpoint "
+            f"({checkpoint / GiB:.2f} GiB) by {diff:+.1%}; extra tensors (e.g. MTP layers) "
+            "or a different format"
+        )
 
-    kvb = kv_bytes_per_token(arch, req.kv_cache_dtype, tp, pp, act_bytes)
-    assumptions += list(kvb.notes)
-    kv_dtype_name = f"auto ({dtype_name})" if req.kv_cache_dtype == "auto" else req.kv_cache_dtype
 
-    # ------------------------------------------------------------ max_model_len
+def _max_model_len(req: FitRequest, arch: ModelArchitecture, notes: _Notes) -> int:
     model_max = arch.max_position_embeddings
     if req.max_model_len is not None and req.max_model_len > model_max:
         raise InputError(
@@ -375,105 +509,156 @@ def _estimate(
             "(vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)",
             accepted=f"1..{model_max}",
         )
-    max_model_len = req.max_model_len or model_max
     if req.max_model_len is None:
-        assumptions.append(
+        notes.assumptions.append(
             f"max_model_len = the model's maximum, {model_max:,} tokens (vLLM's default)"
         )
+    return req.max_model_len or model_max
 
-    engine = req.engine
-    if engine == "sglang":
-        return _sglang(
-            req,
-            arch,
-            source,
-            gpu_label,
-            total,
-            wb,
-            counts,
-            kvb,
-            dtype_name,
-            kv_dtype_name,
-            scheme,
-            max_model_len,
-            num_gpus,
-            assumptions,
-            warnings,
-            quantities,
-        )
 
+# --------------------------------------------------------------------------- vLLM
+
+
+def _vllm(r: _Replica, available_override: int | list[int] | None) -> FitResult:
+    """vLLM's accounting: profiled peak, non-torch and CUDA-graph memory per stage, then
+    its block rules on what is left (kv_cache_utils.py)."""
+    from . import engine_policy as ep
+
+    limits = _vllm_limits(r)
+    mem = _vllm_memory(r, limits, available_override)
+    stages = r.kvb.layers_per_stage
+    layout = ep.vllm_kv_layout(
+        r.arch,
+        limits.rules,
+        stages,
+        r.kvb.per_layer[next(iter(r.kvb.per_layer))],
+        limits.block_size,
+    )
+    r.notes.assumptions += list(layout.notes)
+    cap = ep.kv_capacity(
+        layout, limits.rules, mem.avail, r.max_model_len, limits.max_num_batched_tokens
+    )
+    pp = r.req.pipeline_parallel_size
+    # The most constrained stage is the one reported per GPU.
+    worst = min(range(pp), key=lambda s: mem.avail[s] / max(1, layout.group_size_per_stage[s]))
+    has_room = mem.avail[worst] > 0
+    fits, verdict = _vllm_verdict(r, mem, cap, worst)
+    answer = None
+    if r.req.context_tokens is not None or r.req.concurrency is not None:
+        answer = _vllm_answer(r, limits, layout, cap, fits, has_room)
+    return _result(
+        r,
+        engine="vllm",
+        engine_version=limits.rules.version,
+        engine_rules_version=limits.rules.rules_from,
+        fits=fits,
+        verdict=verdict,
+        max_num_batched_tokens=limits.max_num_batched_tokens,
+        max_num_seqs=limits.max_num_seqs,
+        block_size=limits.block_size,
+        per_gpu=_vllm_per_gpu(r, mem, worst),
+        kv_cache_blocks=cap.num_blocks,
+        kv_cache_tokens=cap.kv_cache_tokens if has_room else 0,
+        max_concurrency=round(cap.max_concurrency, 4) if has_room else 0.0,
+        estimated_max_model_len=cap.estimated_max_model_len
+        if has_room and not cap.fits_one_request
+        else None,
+        answer=answer,
+    )
+
+
+def _vllm_limits(r: _Replica) -> _VllmLimits:
+    """The release's rules and the batching limits: given, or the engine's defaults."""
+    from . import engine_policy as ep
+
+    req, notes = r.req, r.notes
     rules = ep.vllm_rules(req.engine_version)
-    warnings += list(rules.notes)
+    notes.warnings += list(rules.notes)
     if req.engine_version is None:
-        assumptions.append(f"vLLM {rules.version} accounting (the newest release the rules know)")
-
+        notes.assumptions.append(
+            f"vLLM {rules.version} accounting (the newest release the rules know)"
+        )
     block_size = req.block_size
     if block_size is None:
-        block_size, why = ep.vllm_default_block_size(arch, gpu.id if gpu else None)
-        assumptions.append(why)
+        block_size, why = ep.vllm_default_block_size(r.arch, r.gpu_id)
+        notes.assumptions.append(why)
     mnbt_default, seqs_default, why = ep.vllm_default_batching(
-        rules, total_gib, gpu.id if gpu else None, max_model_len
+        rules, r.total_gib, r.gpu_id, r.max_model_len
     )
     mnbt = req.max_num_batched_tokens or mnbt_default
-    max_num_seqs = req.max_num_seqs or seqs_default
     if req.max_num_batched_tokens is None or req.max_num_seqs is None:
-        assumptions.append(why)
-    if not rules.v1 and mnbt < max_model_len and max_model_len <= 32768:
+        notes.assumptions.append(why)
+    if not rules.v1 and mnbt < r.max_model_len and r.max_model_len <= 32768:
         raise InputError(
             "max_num_batched_tokens",
-            f"{mnbt} is smaller than max_model_len {max_model_len}; the V0 engine without chunked "
+            f"{mnbt} is smaller than max_model_len {r.max_model_len}; the V0 engine without chunked "
             "prefill needs a whole prompt per step",
         )
+    return _VllmLimits(rules, block_size, mnbt, req.max_num_seqs or seqs_default)
 
-    # ------------------------------------------------------------ memory per stage
-    usable = total * req.gpu_memory_utilization
-    on_mrv2 = rules.v1 and ep.vllm_uses_mrv2(rules, arch, scheme.is_quantized)
-    sampler_cost = rules.sampler_bytes_per_logit
-    if not rules.v1 and max_model_len > 32768:
-        sampler_cost = ep.SAMPLER_BYTES_PER_LOGIT["v0_chunked"]
+
+def _sampler_bytes_per_logit(r: _Replica, limits: _VllmLimits, on_mrv2: bool) -> float:
+    """Bytes per logit the sampler warm-up holds in the profiling run, and why."""
+    from . import engine_policy as ep
+
+    rules, notes = limits.rules, r.notes
+    cost = rules.sampler_bytes_per_logit
+    if not rules.v1 and r.max_model_len > 32768:
+        cost = ep.SAMPLER_BYTES_PER_LOGIT["v0_chunked"]
     if on_mrv2:
         # MRV2 profiles no top-k/top-p at all, so the sampler kind does not matter
-        sampler_cost = act_bytes
-        assumptions.append(
+        notes.assumptions.append(
             f"vLLM {rules.version} runs this model on Model Runner V2, whose profiling run holds "
             "only the logits in the model dtype for the sampler (no fp32 copy, vllm#57926)"
         )
-    elif req.flashinfer_sampler and rules.v1:
-        sampler_cost = ep.SAMPLER_BYTES_PER_LOGIT["flashinfer"]
-        assumptions.append(
-            f"sampler warm-up profiled with FlashInfer's top-k/top-p kernels ({sampler_cost:g} B per logit)"
+        return r.act_bytes
+    if r.req.flashinfer_sampler and rules.v1:
+        cost = ep.SAMPLER_BYTES_PER_LOGIT["flashinfer"]
+        notes.assumptions.append(
+            f"sampler warm-up profiled with FlashInfer's top-k/top-p kernels ({cost:g} B per logit)"
         )
-    elif rules.v1 and sampler_cost > act_bytes:
-        sampler_gib = min(max_num_seqs, mnbt) * arch.vocab_size * sampler_cost / GiB
-        assumptions.append(
-            f"sampler warm-up profiled with PyTorch's top-k/top-p ({sampler_cost:g} B per logit, "
+    elif rules.v1 and cost > r.act_bytes:
+        requests = min(limits.max_num_seqs, limits.max_num_batched_tokens)
+        sampler_gib = requests * r.arch.vocab_size * cost / GiB
+        notes.assumptions.append(
+            f"sampler warm-up profiled with PyTorch's top-k/top-p ({cost:g} B per logit, "
             f"{sampler_gib:.2f} GiB); where FlashInfer's sampling kernels run instead "
             "(installed and enabled; --flashinfer-sampler), the peak is smaller and the KV cache "
             "up to that much larger"
         )
-    act_last = ep.activation_peak_bytes(
-        arch, act_bytes, mnbt, max_num_seqs, tp, rules.v1, sampler_cost
-    )
-    act_other = ep.activation_peak_bytes(arch, act_bytes, mnbt, 0, tp, rules.v1)
+    return cost
+
+
+def _vllm_memory(
+    r: _Replica, limits: _VllmLimits, available_override: int | list[int] | None
+) -> _StageMemory:
+    """Memory left for the KV cache on each pipeline stage (or the logged figure given)."""
+    from . import engine_policy as ep
+
+    req, rules, arch = r.req, limits.rules, r.arch
+    tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
+    mnbt, seqs = limits.max_num_batched_tokens, limits.max_num_seqs
+    usable = r.total * req.gpu_memory_utilization
+    on_mrv2 = rules.v1 and ep.vllm_uses_mrv2(rules, arch, r.scheme.is_quantized)
+    sampler_cost = _sampler_bytes_per_logit(r, limits, on_mrv2)
+    act_last = ep.activation_peak_bytes(arch, r.act_bytes, mnbt, seqs, tp, rules.v1, sampler_cost)
+    act_other = ep.activation_peak_bytes(arch, r.act_bytes, mnbt, 0, tp, rules.v1)
     non_torch = ep.non_torch_bytes(rules, tp, pp)
-    stages = kvb.layers_per_stage
-    layers_on_rank = max(sum(s.values()) for s in stages)
+    layers_on_rank = max(sum(s.values()) for s in r.kvb.layers_per_stage)
     graphs = ep.cuda_graph_bytes(arch, layers_on_rank, req.enforce_eager)
     graphs_in_budget = ep.cuda_graphs_charged(rules, on_mrv2, req.enforce_eager)
-    charged_graphs = graphs if graphs_in_budget else 0
     if graphs and rules.cuda_graphs_in_budget and not graphs_in_budget:
-        warnings.append(
+        r.notes.warnings.append(
             f"vLLM {rules.version} runs this model on Model Runner V2, whose CUDA-graph memory "
             "estimate is 0 before 0.29 (vllm#49224): the KV cache takes the whole budget and the "
             f"graphs (~{graphs / GiB:.2f} GiB) are captured afterwards, from the memory above "
             "--gpu-memory-utilization"
         )
-    avail: list[int] = []
-    acts: list[int] = []
-    for s in range(pp):
-        act = act_last if s == pp - 1 else act_other
-        acts.append(act)
-        avail.append(int(usable - wb.per_stage_bytes[s] - act - non_torch - charged_graphs))
+    charged = graphs if graphs_in_budget else 0
+    acts = [act_last if s == pp - 1 else act_other for s in range(pp)]
+    avail = [
+        int(usable - r.wb.per_stage_bytes[s] - acts[s] - non_torch - charged) for s in range(pp)
+    ]
     if isinstance(available_override, list):
         if len(available_override) != pp:
             raise InputError(
@@ -483,12 +668,24 @@ def _estimate(
         avail = list(available_override)
     elif available_override is not None:
         avail = [available_override] * pp
-    quantities += [
+    r.notes.quantities += _vllm_quantities(r, limits, graphs_in_budget)
+    return _StageMemory(usable, avail, acts, non_torch, graphs, graphs_in_budget)
+
+
+def _vllm_quantities(r: _Replica, limits: _VllmLimits, graphs_in_budget: bool) -> list[Quantity]:
+    mnbt, seqs = limits.max_num_batched_tokens, limits.max_num_seqs
+    if graphs_in_budget:
+        where = " (charged inside the budget from vLLM 0.21)"
+    elif limits.rules.cuda_graphs_in_budget and not r.req.enforce_eager:
+        where = " (outside the budget: Model Runner V2 estimates 0 before vLLM 0.29)"
+    else:
+        where = " (outside the budget before vLLM 0.21)"
+    return [
         Quantity(
             name="activation_gib",
             provenance="assumed",
             detail=f"modelled peak of vLLM's profiling run ({mnbt:,} tokens, sampler for "
-            f"{min(max_num_seqs, mnbt):,} requests x {arch.vocab_size:,} vocabulary), calibrated on public start-up logs",
+            f"{min(seqs, mnbt):,} requests x {r.arch.vocab_size:,} vocabulary), calibrated on public start-up logs",
         ),
         Quantity(
             name="non_torch_gib",
@@ -496,18 +693,7 @@ def _estimate(
             detail="typical value from public start-up logs",
         ),
         Quantity(
-            name="cuda_graph_gib",
-            provenance="assumed",
-            detail="estimated CUDA-graph pool"
-            + (
-                " (charged inside the budget from vLLM 0.21)"
-                if graphs_in_budget
-                else (
-                    " (outside the budget: Model Runner V2 estimates 0 before vLLM 0.29)"
-                    if rules.cuda_graphs_in_budget and not req.enforce_eager
-                    else " (outside the budget before vLLM 0.21)"
-                )
-            ),
+            name="cuda_graph_gib", provenance="assumed", detail="estimated CUDA-graph pool" + where
         ),
         Quantity(
             name="kv_cache_tokens",
@@ -516,237 +702,198 @@ def _estimate(
         ),
     ]
 
-    layout = ep.vllm_kv_layout(
-        arch, rules, stages, kvb.per_layer[next(iter(kvb.per_layer))], block_size
-    )
-    assumptions += list(layout.notes)
-    cap = ep.kv_capacity(layout, rules, avail, max_model_len, mnbt)
 
-    # The most constrained stage is the one reported per GPU.
-    worst = min(range(pp), key=lambda s: avail[s] / max(1, layout.group_size_per_stage[s]))
-    kv_gib = max(0, avail[worst])
-    headroom = total - usable - (0 if graphs_in_budget else graphs)
-    per_gpu = PerGpuMemory(
-        total_gib=_gib(total),
-        usable_gib=_gib(usable),
-        weights_gib=_gib(wb.per_stage_bytes[worst]),
-        activation_gib=_gib(acts[worst]),
-        non_torch_gib=_gib(non_torch),
-        cuda_graph_gib=_gib(graphs),
-        cuda_graph_in_budget=graphs_in_budget,
-        kv_cache_gib=_gib(kv_gib),
-        headroom_gib=_gib(max(0.0, headroom)),
-    )
+def _vllm_per_gpu(r: _Replica, mem: _StageMemory, worst: int) -> PerGpuMemory:
+    total = r.total
+    headroom = total - mem.usable - (0 if mem.graphs_in_budget else mem.graphs)
     if headroom < 0:
-        warnings.append(
-            f"CUDA graphs (~{graphs / GiB:.2f} GiB) do not fit in the {(total - usable) / GiB:.2f} GiB the "
+        r.notes.warnings.append(
+            f"CUDA graphs (~{mem.graphs / GiB:.2f} GiB) do not fit in the {(total - mem.usable) / GiB:.2f} GiB the "
             "utilization leaves free: capture may run out of memory; lower --gpu-memory-utilization or use --enforce-eager"
         )
+    return PerGpuMemory(
+        total_gib=_gib(total),
+        usable_gib=_gib(mem.usable),
+        weights_gib=_gib(r.wb.per_stage_bytes[worst]),
+        activation_gib=_gib(mem.acts[worst]),
+        non_torch_gib=_gib(mem.non_torch),
+        cuda_graph_gib=_gib(mem.graphs),
+        cuda_graph_in_budget=mem.graphs_in_budget,
+        kv_cache_gib=_gib(max(0, mem.avail[worst])),
+        headroom_gib=_gib(max(0.0, headroom)),
+    )
 
-    # ------------------------------------------------------------ verdict
-    if avail[worst] <= 0:
-        fits = False
-        need = usable - avail[worst]
-        if wb.per_stage_bytes[worst] > usable:
+
+def _vllm_verdict(r: _Replica, mem: _StageMemory, cap: KVCapacity, worst: int) -> tuple[bool, str]:
+    """Fits or not, in one sentence, with vLLM's own start-up error as a warning."""
+    usable, weights, max_len = mem.usable, r.wb.per_stage_bytes[worst], r.max_model_len
+    kv_gib = max(0, mem.avail[worst]) / GiB
+    if mem.avail[worst] <= 0:
+        need = usable - mem.avail[worst]
+        if weights > usable:
             verdict = (
-                f"Does not fit: weights need {wb.per_stage_bytes[worst] / GiB:.2f} GiB per GPU but only "
-                f"{usable / GiB:.2f} GiB are usable (gpu_memory_utilization {req.gpu_memory_utilization:g})."
+                f"Does not fit: weights need {weights / GiB:.2f} GiB per GPU but only "
+                f"{usable / GiB:.2f} GiB are usable (gpu_memory_utilization {r.req.gpu_memory_utilization:g})."
             )
         else:
             verdict = (
                 f"Does not fit: weights, activations and runtime memory need {need / GiB:.2f} GiB per GPU, "
                 f"more than the {usable / GiB:.2f} GiB usable; no memory is left for the KV cache."
             )
-        warnings.append(
+        r.notes.warnings.append(
             "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
             "initializing the engine. (vLLM's start-up error)"
         )
-    elif not cap.fits_one_request:
-        fits = False
-        est = cap.estimated_max_model_len
-        verdict = (
-            f"Does not fit at max_model_len {max_model_len:,}: one such request needs "
-            f"{cap.needed_bytes_one_request / GiB:.2f} GiB of KV cache per GPU, more than the "
-            f"{kv_gib / GiB:.2f} GiB available; the longest context that fits is {est:,} tokens."
-        )
-        warnings.append(
-            f"To serve at least one request with the models's max seq len ({max_model_len}), "
-            f"({cap.needed_bytes_one_request / GiB:.2f} GiB KV cache is needed, which is larger than the "
-            f"available KV cache memory ({kv_gib / GiB:.2f} GiB). Based on the available memory, the "
+        return False, verdict
+    if not cap.fits_one_request:
+        est, needed_gib = cap.estimated_max_model_len, cap.needed_bytes_one_request / GiB
+        r.notes.warnings.append(
+            f"To serve at least one request with the models's max seq len ({max_len}), "
+            f"({needed_gib:.2f} GiB KV cache is needed, which is larger than the "
+            f"available KV cache memory ({kv_gib:.2f} GiB). Based on the available memory, the "
             f"estimated maximum model length is {est}. Try increasing `gpu_memory_utilization` or "
             "decreasing `max_model_len` when initializing the engine. (vLLM's start-up error)"
         )
-    else:
-        fits = True
-        verdict = (
-            f"Fits: {cap.kv_cache_tokens:,} KV-cache tokens, {cap.max_concurrency:.2f} concurrent "
-            f"requests of {max_model_len:,} tokens."
+        return False, (
+            f"Does not fit at max_model_len {max_len:,}: one such request needs "
+            f"{needed_gib:.2f} GiB of KV cache per GPU, more than the "
+            f"{kv_gib:.2f} GiB available; the longest context that fits is {est:,} tokens."
         )
-
-    # ------------------------------------------------------------ the user's question
-    answer = None
-    if req.context_tokens is not None or req.concurrency is not None:
-        ctx = req.context_tokens or max_model_len
-        conc = req.concurrency or 1
-        at_ctx = (
-            ep.max_concurrency_at(layout, cap.num_blocks, ctx, mnbt)
-            if fits or cap.num_blocks
-            else 0
-        )
-        at_conc = ep.max_len_for(layout, cap.num_blocks, conc, max_model_len, mnbt)
-        ok = ctx <= max_model_len and at_ctx >= conc and avail[worst] > 0
-        if ctx > max_model_len:
-            warnings.append(
-                f"--context-tokens {ctx:,} exceeds max_model_len {max_model_len:,}; raise --max-model-len"
-            )
-        if conc > max_num_seqs:
-            warnings.append(
-                f"--concurrency {conc} exceeds max_num_seqs {max_num_seqs}: the engine queues the rest"
-            )
-        answer = QuestionAnswer(
-            context_tokens=ctx,
-            concurrency=conc,
-            fits=ok,
-            max_concurrency_at_context=at_ctx,
-            max_context_at_concurrency=at_conc,
-        )
-
-    result = FitResult(
-        model=source.hf_id,
-        gpu=gpu_label,
-        engine="vllm",
-        engine_version=rules.version,
-        engine_rules_version=rules.rules_from,
-        fits=fits,
-        verdict=verdict,
-        num_gpus=num_gpus,
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
-        max_model_len=max_model_len,
-        max_num_batched_tokens=mnbt,
-        max_num_seqs=max_num_seqs,
-        block_size=block_size,
-        dtype=dtype_name,
-        kv_cache_dtype=kv_dtype_name,
-        quantization=scheme.description if scheme.is_quantized else "none",
-        parameters=ParameterCounts(
-            total=counts.total,
-            active_per_token=counts.active_per_token,
-            by_component={
-                k: v for k, v in counts.as_dict().items() if k not in ("total", "active_per_token")
-            },
-        ),
-        weights_bytes_total=wb.total_bytes,
-        checkpoint_bytes=source.checkpoint_bytes,
-        per_gpu=per_gpu,
-        kv_bytes_per_token=kvb.per_gpu,
-        kv_bytes_per_token_total=kvb.total,
-        kv_bytes_per_token_per_layer=kvb.per_layer,
-        kv_cache_blocks=cap.num_blocks,
-        kv_cache_tokens=cap.kv_cache_tokens if avail[worst] > 0 else 0,
-        max_concurrency=round(cap.max_concurrency, 4) if avail[worst] > 0 else 0.0,
-        answer=answer,
-        quantities=quantities,
-        assumptions=assumptions,
-        warnings=warnings,
-        suggestions=[],
+    return True, (
+        f"Fits: {cap.kv_cache_tokens:,} KV-cache tokens, {cap.max_concurrency:.2f} concurrent "
+        f"requests of {max_len:,} tokens."
     )
-    if with_suggestions:
-        result.suggestions = _suggestions(req, result, source, arch, scheme, gpu)
-    return result
 
 
-def _sglang(
-    req,
-    arch,
-    source,
-    gpu_label,
-    total,
-    wb,
-    counts,
-    kvb,
-    dtype_name,
-    kv_dtype_name,
-    scheme,
-    max_model_len,
-    num_gpus,
-    assumptions,
-    warnings,
-    quantities,
-) -> FitResult:
+def _vllm_answer(
+    r: _Replica,
+    limits: _VllmLimits,
+    layout: KVLayout,
+    cap: KVCapacity,
+    fits: bool,
+    has_room: bool,
+) -> QuestionAnswer:
+    """The user's own question: this context at this concurrency."""
+    from . import engine_policy as ep
+
+    req, max_len, mnbt = r.req, r.max_model_len, limits.max_num_batched_tokens
+    ctx = req.context_tokens or max_len
+    conc = req.concurrency or 1
+    at_ctx = (
+        ep.max_concurrency_at(layout, cap.num_blocks, ctx, mnbt) if fits or cap.num_blocks else 0
+    )
+    at_conc = ep.max_len_for(layout, cap.num_blocks, conc, max_len, mnbt)
+    if ctx > max_len:
+        r.notes.warnings.append(
+            f"--context-tokens {ctx:,} exceeds max_model_len {max_len:,}; raise --max-model-len"
+        )
+    if conc > limits.max_num_seqs:
+        r.notes.warnings.append(
+            f"--concurrency {conc} exceeds max_num_seqs {limits.max_num_seqs}: the engine queues the rest"
+        )
+    return QuestionAnswer(
+        context_tokens=ctx,
+        concurrency=conc,
+        fits=ctx <= max_len and at_ctx >= conc and has_room,
+        max_concurrency_at_context=at_ctx,
+        max_context_at_concurrency=at_conc,
+    )
+
+
+# --------------------------------------------------------------------------- SGLang
+
+
+def _sglang(r: _Replica) -> FitResult:
     """SGLang: one token per page, KV pool = free memory after weights minus
     the share mem_fraction_static leaves out (model_runner.profile_max_num_token)."""
     from . import engine_policy as ep
 
-    tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
+    req, notes, max_len = r.req, r.notes, r.max_model_len
+    tp = req.tensor_parallel_size
     if "gpu_memory_utilization" in req.model_fields_set:
         mfs = req.gpu_memory_utilization
     else:
         mfs = ep.sglang_default_mem_fraction(tp)
-        assumptions.append(f"SGLang mem_fraction_static default for tp={tp}: {mfs}")
-    version = req.engine_version or ep.SGLANG_DEFAULT_VERSION
+        notes.assumptions.append(f"SGLang mem_fraction_static default for tp={tp}: {mfs}")
     if req.engine_version and req.engine_version not in ep.SGLANG_KNOWN_VERSIONS:
-        warnings.append(
+        notes.warnings.append(
             f"no SGLang rules recorded for {req.engine_version}; used those of {ep.SGLANG_DEFAULT_VERSION}"
         )
-    weights = max(wb.per_stage_bytes)
-    tokens, rest = ep.sglang_max_total_tokens(total, weights, mfs, kvb.per_gpu)
-    assumptions.append(
+    weights = max(r.wb.per_stage_bytes)
+    tokens, rest = ep.sglang_max_total_tokens(r.total, weights, mfs, r.kvb.per_gpu)
+    notes.assumptions.append(
         f"SGLang: {ep.SGLANG_CONTEXT_OVERHEAD_GIB} GiB CUDA context before the free-memory measurement (assumed)"
     )
-    quantities.append(
+    notes.quantities.append(
         Quantity(
             name="kv_cache_tokens", provenance="computed", detail="SGLang profile_max_num_token"
         )
     )
-    fits = tokens >= max_model_len
-    conc = tokens / max_model_len if max_model_len else 0.0
+    fits = tokens >= max_len
+    conc = tokens / max_len if max_len else 0.0
     verdict = (
-        f"Fits: {tokens:,} KV-cache tokens ({conc:.2f} requests of {max_model_len:,} tokens)."
+        f"Fits: {tokens:,} KV-cache tokens ({conc:.2f} requests of {max_len:,} tokens)."
         if fits
-        else f"Does not fit: the KV pool holds {tokens:,} tokens, fewer than one request of {max_model_len:,}."
+        else f"Does not fit: the KV pool holds {tokens:,} tokens, fewer than one request of {max_len:,}."
     )
-    usable = total * mfs
+    usable = r.total * mfs
     per_gpu = PerGpuMemory(
-        total_gib=_gib(total),
+        total_gib=_gib(r.total),
         usable_gib=_gib(usable),
         weights_gib=_gib(weights),
-        activation_gib=_gib(max(0.0, total * (1 - mfs))),
+        activation_gib=_gib(max(0.0, r.total * (1 - mfs))),
         non_torch_gib=ep.SGLANG_CONTEXT_OVERHEAD_GIB,
         cuda_graph_gib=0.0,
         cuda_graph_in_budget=False,
         kv_cache_gib=_gib(max(0.0, rest)),
-        headroom_gib=_gib(total - usable),
+        headroom_gib=_gib(r.total - usable),
     )
     answer = None
     if req.context_tokens is not None or req.concurrency is not None:
-        ctx = req.context_tokens or max_model_len
+        ctx = req.context_tokens or max_len
         c = req.concurrency or 1
         answer = QuestionAnswer(
             context_tokens=ctx,
             concurrency=c,
-            fits=ctx <= max_model_len and tokens >= ctx * c,
+            fits=ctx <= max_len and tokens >= ctx * c,
             max_concurrency_at_context=tokens // ctx,
-            max_context_at_concurrency=min(max_model_len, tokens // c),
+            max_context_at_concurrency=min(max_len, tokens // c),
         )
-    return FitResult(
-        model=source.hf_id,
-        gpu=gpu_label,
+    return _result(
+        r,
         engine="sglang",
-        engine_version=version,
+        engine_version=req.engine_version or ep.SGLANG_DEFAULT_VERSION,
         engine_rules_version=ep.SGLANG_DEFAULT_VERSION,
         fits=fits,
         verdict=verdict,
-        num_gpus=num_gpus,
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
-        max_model_len=max_model_len,
         max_num_batched_tokens=req.max_num_batched_tokens or 8192,
         max_num_seqs=req.max_num_seqs or 4096,
         block_size=1,
-        dtype=dtype_name,
-        kv_cache_dtype=kv_dtype_name,
-        quantization=scheme.description if scheme.is_quantized else "none",
+        per_gpu=per_gpu,
+        kv_cache_blocks=tokens,
+        kv_cache_tokens=tokens,
+        max_concurrency=round(conc, 4),
+        estimated_max_model_len=None,
+        answer=answer,
+    )
+
+
+# --------------------------------------------------------------------------- the result
+
+
+def _result(r: _Replica, **engine_figures: Any) -> FitResult:
+    """The FitResult: the replica's facts plus what the engine's accounting found."""
+    counts = r.counts
+    return FitResult(
+        model=r.source.hf_id,
+        gpu=r.gpu_label,
+        num_gpus=r.num_gpus,
+        tensor_parallel_size=r.req.tensor_parallel_size,
+        pipeline_parallel_size=r.req.pipeline_parallel_size,
+        max_model_len=r.max_model_len,
+        dtype=r.dtype_name,
+        kv_cache_dtype=r.kv_dtype_name,
+        quantization=r.scheme.description if r.scheme.is_quantized else "none",
         parameters=ParameterCounts(
             total=counts.total,
             active_per_token=counts.active_per_token,
@@ -754,20 +901,16 @@ def _sglang(
                 k: v for k, v in counts.as_dict().items() if k not in ("total", "active_per_token")
             },
         ),
-        weights_bytes_total=wb.total_bytes,
-        checkpoint_bytes=source.checkpoint_bytes,
-        per_gpu=per_gpu,
-        kv_bytes_per_token=kvb.per_gpu,
-        kv_bytes_per_token_total=kvb.total,
-        kv_bytes_per_token_per_layer=kvb.per_layer,
-        kv_cache_blocks=tokens,
-        kv_cache_tokens=tokens,
-        max_concurrency=round(conc, 4),
-        answer=answer,
-        quantities=quantities,
-        assumptions=assumptions,
-        warnings=warnings,
+        weights_bytes_total=r.wb.total_bytes,
+        checkpoint_bytes=r.source.checkpoint_bytes,
+        kv_bytes_per_token=r.kvb.per_gpu,
+        kv_bytes_per_token_total=r.kvb.total,
+        kv_bytes_per_token_per_layer=r.kvb.per_layer,
+        quantities=r.notes.quantities,
+        assumptions=r.notes.assumptions,
+        warnings=r.notes.warnings,
         suggestions=[],
+        **engine_figures,
     )
 
 
@@ -833,7 +976,7 @@ def _suggestions(req: FitRequest, base: FitResult, source, arch, scheme, gpu) ->
             )
         )
     elif not base.fits:
-        longest = _longest_fitting_len(base)
+        longest = base.estimated_max_model_len
         if longest:
             options.append(
                 (
@@ -886,14 +1029,3 @@ def _suggestions(req: FitRequest, base: FitResult, source, arch, scheme, gpu) ->
             )
         )
     return out
-
-
-def _longest_fitting_len(base: FitResult) -> int:
-    """The longest max_model_len vLLM said would fit (from its error text)."""
-    for w in base.warnings:
-        marker = "estimated maximum model length is "
-        if marker in w:
-            tail = w.split(marker, 1)[1].split(".")[0]
-            if tail.isdigit() and int(tail) > 0:
-                return int(tail)
-    return 0
