@@ -24,7 +24,7 @@ Stdlib only (imported by the MCP server at start-up).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -444,6 +444,19 @@ def _moe_layers_deepseek(r: _Reader, n: int) -> tuple[int, ...]:
     return tuple(i for i in range(n) if i >= first_dense and i % freq == 0)
 
 
+@dataclass
+class _Parsed:
+    """What every family's reader starts from: the text config and the fields all share."""
+
+    r: _Reader
+    text: dict[str, Any]
+    text_type: str
+    n: int
+    common: dict[str, Any]
+    notes: list[str]
+    vision: Any
+
+
 def from_config(
     config: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
 ) -> ModelArchitecture:
@@ -472,6 +485,14 @@ def from_config(
             f"architecture '{model_type}' is not supported; supported: "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}; {OVERRIDE_HINT}",
         )
+    return _READERS[family](_parse_common(cfg, parsed, model_type, family))
+
+
+def _parse_common(
+    cfg: dict[str, Any], parsed: dict[str, Any], model_type: str, family: str
+) -> _Parsed:
+    """The language model's config (``text_config`` for multimodal ones) and the fields
+    every family has: layers, widths, heads, vocabulary, context, dtype, quantization."""
     text = _text_config(cfg)
     if isinstance(cfg.get("text_config"), dict):
         text.update({k: v for k, v in parsed.items() if k != "model_type"})
@@ -480,8 +501,6 @@ def from_config(
     text = _with_defaults(text, str(text.get("model_type", model_type)))
     where = "text_config." if isinstance(cfg.get("text_config"), dict) else ""
     r = _Reader(text, where)
-    text_type = str(text.get("model_type", model_type))
-
     n = r.pos("num_hidden_layers")
     hidden = r.pos("hidden_size")
     heads = r.pos("num_attention_heads")
@@ -492,15 +511,13 @@ def from_config(
     dtype = (
         text.get("torch_dtype") or text.get("dtype") or cfg.get("torch_dtype") or cfg.get("dtype")
     )
-    tie_default = family == "gemma"
-    tie = r.bool("tie_word_embeddings", tie_default)
+    tie = r.bool("tie_word_embeddings", family == "gemma")
     quant = cfg.get("quantization_config") or text.get("quantization_config")
     if quant is not None and not isinstance(quant, dict):
         raise InputError("model", "config field 'quantization_config' must be an object")
     notes: list[str] = []
     if dtype is None:
         notes.append("config states no torch_dtype; weights taken as bfloat16 (what vLLM loads)")
-
     common: dict[str, Any] = dict(
         model_type=model_type,
         family=family,
@@ -516,136 +533,160 @@ def from_config(
         quantization_config=dict(quant) if quant else None,
         architectures=tuple(str(a) for a in cfg.get("architectures") or ()),
     )
-
     if heads % kv_heads != 0:
         raise InputError(
             "model",
             f"num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv_heads})",
         )
+    return _Parsed(
+        r=r,
+        text=text,
+        text_type=str(text.get("model_type", model_type)),
+        n=n,
+        common=common,
+        notes=notes,
+        vision=_vision_spec(cfg, hidden, model_type),
+    )
 
-    vision = _vision_spec(cfg, hidden, model_type)
 
-    if family == "llama":
-        kinds: tuple[LayerKind, ...]
-        if text.get("layer_types") is not None:
-            kinds = _layer_kinds_from_types(text["layer_types"], n, r)
-        else:
-            kinds = ("full",) * n
-            if r.bool("use_sliding_window") and text.get("sliding_window"):
-                # Qwen2: layers from max_window_layers on use the window.
-                start = r.int("max_window_layers", 0)
-                kinds = tuple("sliding" if i >= start else "full" for i in range(n))
-            elif text_type in ("mistral", "phi3") and text.get("sliding_window"):
-                notes.append(
-                    f"config sets sliding_window={text['sliding_window']} without layer_types; "
-                    "modelled as full attention on every layer (vLLM V1 only honours per-layer windows)"
-                )
-        qwen2 = text_type in ("qwen2",)
-        bias = r.bool("attention_bias", qwen2) or r.bool("bias")
-        return ModelArchitecture(
-            **common,
-            intermediate_size=r.pos("intermediate_size"),
-            layer_kinds=kinds,
-            sliding_window=r.int("sliding_window", 0) or None if "sliding" in kinds else None,
-            attention_bias=bias,
-            o_bias=bias and not qwen2,
-            mlp_bias=r.bool("mlp_bias"),
-            qk_norm=text_type == "qwen3",
-            vision=vision,
-            notes=tuple(notes),
-        )
+# --------------------------------------------------------------------------- one reader per family
 
-    if family == "gemma":
-        kinds = _gemma_layer_kinds(text_type, text, n, r)
-        return ModelArchitecture(
-            **common,
-            intermediate_size=r.pos("intermediate_size"),
-            layer_kinds=kinds,
-            sliding_window=r.pos("sliding_window") if "sliding" in kinds else None,
-            attention_bias=r.bool("attention_bias"),
-            o_bias=r.bool("attention_bias"),
-            qk_norm=text_type in ("gemma3", "gemma3_text"),
-            norms_per_layer=2 if text_type == "gemma" else 4,
-            vision=vision,
-            notes=tuple(notes),
-        )
 
-    if family == "mixtral":
-        moe = MoESpec(
-            num_experts=r.pos("num_local_experts"),
-            experts_per_token=r.pos("num_experts_per_tok"),
-            moe_intermediate_size=r.pos("intermediate_size"),
-            moe_layers=tuple(range(n)),
-        )
-        return ModelArchitecture(
-            **common,
-            intermediate_size=r.pos("intermediate_size"),
-            layer_kinds=("full",) * n,
-            moe=moe,
-            notes=tuple(notes),
-        )
-
-    if family == "qwen_moe":
-        shared = r.int("shared_expert_intermediate_size", 0)
-        moe = MoESpec(
-            num_experts=r.pos("num_experts"),
-            experts_per_token=r.pos("num_experts_per_tok"),
-            moe_intermediate_size=r.pos("moe_intermediate_size"),
-            moe_layers=_moe_layers_qwen(r, n),
-            num_shared_experts=1 if shared else 0,
-            shared_expert_intermediate_size=shared,
-            shared_expert_gate=bool(shared),
-        )
-        qwen2 = text_type == "qwen2_moe"
-        return ModelArchitecture(
-            **common,
-            intermediate_size=r.pos("intermediate_size"),
-            layer_kinds=("full",) * n,
-            moe=moe,
-            attention_bias=r.bool("attention_bias", qwen2) or qwen2,
-            qk_norm=text_type == "qwen3_moe",
-            notes=tuple(notes),
-        )
-
-    if family == "deepseek":
-        n_shared = r.int("n_shared_experts", 0)
-        moe_size = r.pos("moe_intermediate_size")
-        routed = r.int("n_routed_experts", 0)
-        moe = None
-        if routed:
-            moe = MoESpec(
-                num_experts=routed,
-                experts_per_token=r.pos("num_experts_per_tok"),
-                moe_intermediate_size=moe_size,
-                moe_layers=_moe_layers_deepseek(r, n),
-                num_shared_experts=n_shared,
-                shared_expert_intermediate_size=n_shared * moe_size,
-                router_correction_bias=text.get("topk_method") == "noaux_tc",
+def _read_llama(p: _Parsed) -> ModelArchitecture:
+    """Llama, Mistral, Qwen2/3, Phi-3 and their kin: dense decoders, optional windows."""
+    r, text, n = p.r, p.text, p.n
+    kinds: tuple[LayerKind, ...]
+    if text.get("layer_types") is not None:
+        kinds = _layer_kinds_from_types(text["layer_types"], n, r)
+    else:
+        kinds = ("full",) * n
+        if r.bool("use_sliding_window") and text.get("sliding_window"):
+            # Qwen2: layers from max_window_layers on use the window.
+            start = r.int("max_window_layers", 0)
+            kinds = tuple("sliding" if i >= start else "full" for i in range(n))
+        elif p.text_type in ("mistral", "phi3") and text.get("sliding_window"):
+            p.notes.append(
+                f"config sets sliding_window={text['sliding_window']} without layer_types; "
+                "modelled as full attention on every layer (vLLM V1 only honours per-layer windows)"
             )
-        q_lora = text.get("q_lora_rank")
-        mla = MLASpec(
-            q_lora_rank=int(q_lora) if q_lora else None,
-            kv_lora_rank=r.pos("kv_lora_rank"),
-            qk_rope_head_dim=r.pos("qk_rope_head_dim"),
-            qk_nope_head_dim=r.pos("qk_nope_head_dim"),
-            v_head_dim=r.pos("v_head_dim"),
-        )
-        if r.int("num_nextn_predict_layers", 0):
-            notes.append(
-                "the checkpoint also holds multi-token-prediction layers, which vLLM loads "
-                "only for speculative decoding; they are not counted"
-            )
-        common["head_dim"] = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        return ModelArchitecture(
-            **common,
-            intermediate_size=r.pos("intermediate_size"),
-            layer_kinds=("mla",) * n,
-            moe=moe,
-            mla=mla,
-            notes=tuple(notes),
-        )
+    qwen2 = p.text_type in ("qwen2",)
+    bias = r.bool("attention_bias", qwen2) or r.bool("bias")
+    return ModelArchitecture(
+        **p.common,
+        intermediate_size=r.pos("intermediate_size"),
+        layer_kinds=kinds,
+        sliding_window=r.int("sliding_window", 0) or None if "sliding" in kinds else None,
+        attention_bias=bias,
+        o_bias=bias and not qwen2,
+        mlp_bias=r.bool("mlp_bias"),
+        qk_norm=p.text_type == "qwen3",
+        vision=p.vision,
+        notes=tuple(p.notes),
+    )
 
-    # gpt_oss
+
+def _read_gemma(p: _Parsed) -> ModelArchitecture:
+    r = p.r
+    kinds = _gemma_layer_kinds(p.text_type, p.text, p.n, r)
+    return ModelArchitecture(
+        **p.common,
+        intermediate_size=r.pos("intermediate_size"),
+        layer_kinds=kinds,
+        sliding_window=r.pos("sliding_window") if "sliding" in kinds else None,
+        attention_bias=r.bool("attention_bias"),
+        o_bias=r.bool("attention_bias"),
+        qk_norm=p.text_type in ("gemma3", "gemma3_text"),
+        norms_per_layer=2 if p.text_type == "gemma" else 4,
+        vision=p.vision,
+        notes=tuple(p.notes),
+    )
+
+
+def _read_mixtral(p: _Parsed) -> ModelArchitecture:
+    r, n = p.r, p.n
+    moe = MoESpec(
+        num_experts=r.pos("num_local_experts"),
+        experts_per_token=r.pos("num_experts_per_tok"),
+        moe_intermediate_size=r.pos("intermediate_size"),
+        moe_layers=tuple(range(n)),
+    )
+    return ModelArchitecture(
+        **p.common,
+        intermediate_size=r.pos("intermediate_size"),
+        layer_kinds=("full",) * n,
+        moe=moe,
+        notes=tuple(p.notes),
+    )
+
+
+def _read_qwen_moe(p: _Parsed) -> ModelArchitecture:
+    r, n = p.r, p.n
+    shared = r.int("shared_expert_intermediate_size", 0)
+    moe = MoESpec(
+        num_experts=r.pos("num_experts"),
+        experts_per_token=r.pos("num_experts_per_tok"),
+        moe_intermediate_size=r.pos("moe_intermediate_size"),
+        moe_layers=_moe_layers_qwen(r, n),
+        num_shared_experts=1 if shared else 0,
+        shared_expert_intermediate_size=shared,
+        shared_expert_gate=bool(shared),
+    )
+    qwen2 = p.text_type == "qwen2_moe"
+    return ModelArchitecture(
+        **p.common,
+        intermediate_size=r.pos("intermediate_size"),
+        layer_kinds=("full",) * n,
+        moe=moe,
+        attention_bias=r.bool("attention_bias", qwen2) or qwen2,
+        qk_norm=p.text_type == "qwen3_moe",
+        notes=tuple(p.notes),
+    )
+
+
+def _read_deepseek(p: _Parsed) -> ModelArchitecture:
+    """DeepSeek V2/V3 (and Kimi's layout): MLA attention, routed plus shared experts."""
+    r, text, n = p.r, p.text, p.n
+    n_shared = r.int("n_shared_experts", 0)
+    moe_size = r.pos("moe_intermediate_size")
+    routed = r.int("n_routed_experts", 0)
+    moe = None
+    if routed:
+        moe = MoESpec(
+            num_experts=routed,
+            experts_per_token=r.pos("num_experts_per_tok"),
+            moe_intermediate_size=moe_size,
+            moe_layers=_moe_layers_deepseek(r, n),
+            num_shared_experts=n_shared,
+            shared_expert_intermediate_size=n_shared * moe_size,
+            router_correction_bias=text.get("topk_method") == "noaux_tc",
+        )
+    q_lora = text.get("q_lora_rank")
+    mla = MLASpec(
+        q_lora_rank=int(q_lora) if q_lora else None,
+        kv_lora_rank=r.pos("kv_lora_rank"),
+        qk_rope_head_dim=r.pos("qk_rope_head_dim"),
+        qk_nope_head_dim=r.pos("qk_nope_head_dim"),
+        v_head_dim=r.pos("v_head_dim"),
+    )
+    if r.int("num_nextn_predict_layers", 0):
+        p.notes.append(
+            "the checkpoint also holds multi-token-prediction layers, which vLLM loads "
+            "only for speculative decoding; they are not counted"
+        )
+    common = {**p.common, "head_dim": mla.qk_nope_head_dim + mla.qk_rope_head_dim}
+    return ModelArchitecture(
+        **common,
+        intermediate_size=r.pos("intermediate_size"),
+        layer_kinds=("mla",) * n,
+        moe=moe,
+        mla=mla,
+        notes=tuple(p.notes),
+    )
+
+
+def _read_gpt_oss(p: _Parsed) -> ModelArchitecture:
+    """gpt-oss: alternating sliding/full attention with sinks, biased experts."""
+    r, text, n = p.r, p.text, p.n
     if text.get("layer_types") is not None:
         kinds = _layer_kinds_from_types(text["layer_types"], n, r)
     else:
@@ -659,7 +700,7 @@ def from_config(
         router_bias=True,
     )
     return ModelArchitecture(
-        **common,
+        **p.common,
         intermediate_size=r.pos("intermediate_size"),
         layer_kinds=kinds,
         sliding_window=r.pos("sliding_window") if "sliding" in kinds else None,
@@ -667,5 +708,16 @@ def from_config(
         attention_bias=True,
         o_bias=True,
         attention_sinks=True,
-        notes=tuple(notes),
+        notes=tuple(p.notes),
     )
+
+
+_READERS: dict[str, Callable[[_Parsed], ModelArchitecture]] = {
+    "llama": _read_llama,
+    "gemma": _read_gemma,
+    "mixtral": _read_mixtral,
+    "qwen_moe": _read_qwen_moe,
+    "deepseek": _read_deepseek,
+    "gpt_oss": _read_gpt_oss,
+}
+"""One reader per family in ``_FAMILIES``; a new family is a new reader and a row here."""

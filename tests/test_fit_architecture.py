@@ -271,3 +271,9 @@ def test_overrides_supply_missing_facts_and_declare_a_layout():
     del cfg["num_hidden_layers"]
     arch = from_config(cfg, {"model_type": "llama", "num_hidden_layers": "32"})
     assert arch.num_layers == 32 and arch.family == "llama"
+
+
+def test_every_supported_family_has_its_own_reader() -> None:
+    from inferwise.calculators.architecture import _FAMILIES, _READERS
+
+    assert set(_FAMILIES.values()) == set(_READERS)
