@@ -447,7 +447,7 @@ async def run_probe(
     from inferwise.probes.client import Pool, Target, Timeouts
     from inferwise.probes.policy import TargetPolicy
     from inferwise.probes.prompts import Workload, load_dataset
-    from inferwise.probes.session import ProbeContext, handle_signals, run_point
+    from inferwise.probes.session import LoadPoint, ProbeContext, handle_signals, run_point
     from inferwise.probes.store import RunStore
 
     requests, duration_s = _check_bounds(req)
@@ -484,12 +484,9 @@ async def run_probe(
             for conc, rate in points:
                 if stop.is_set() or time.monotonic() >= call_deadline:
                     break
-                run_id, status, summary, records, server, pnotes = await run_point(
+                result = await run_point(
                     ctx,
-                    concurrency=conc,
-                    rate=rate,
-                    requests=requests,
-                    duration_s=duration_s,
+                    LoadPoint(conc, rate, requests, duration_s),
                     labels=_point_labels(labels, req, conc, rate, sweep_id),
                     meta=meta,
                     progress=progress,
@@ -502,16 +499,16 @@ async def run_probe(
                         else ""
                     ),
                 )
-                all_records += records
-                last_server = server or last_server
-                notes += pnotes
+                all_records += result.records
+                last_server = result.server_metrics or last_server
+                notes += result.notes
                 sweep.append(
                     SweepPoint(
                         concurrency=conc,
                         request_rate=rate,
-                        run_id=run_id,
-                        status=status,
-                        summary=summary,
+                        run_id=result.run_id,
+                        status=result.status,
+                        summary=result.summary,
                     )
                 )
     finally:

@@ -246,89 +246,185 @@ async def send_one(
     return rec
 
 
+@dataclasses.dataclass(frozen=True)
+class LoadPoint:
+    """One point of a run: closed loop (concurrency) or open loop (rate), and its bounds."""
+
+    concurrency: int | None
+    rate: float | None
+    requests: int | None
+    duration_s: float | None
+
+
+@dataclasses.dataclass
+class PointResult:
+    """What one stored run at one load point left behind."""
+
+    run_id: str
+    status: str
+    summary: ProbeSummary
+    records: list[RequestRecord]
+    server_metrics: dict[str, float]
+    notes: list[str]
+
+
 async def run_point(
     ctx: ProbeContext,
+    point: LoadPoint,
     *,
-    concurrency: int | None,
-    rate: float | None,
-    requests: int | None,
-    duration_s: float | None,
     labels: dict[str, str],
     meta: dict[str, Any],
     progress: Progress | None,
     stop: asyncio.Event,
     hard_deadline: float | None = None,
     progress_prefix: str = "",
-) -> tuple[str, str, ProbeSummary, list[RequestRecord], dict[str, float], list[str]]:
-    """One stored run at one load point; returns (run_id, status, summary, records,
-    last server metrics, notes). At `hard_deadline` (monotonic; the call's cap) the
-    requests in flight are cancelled and the run closes as interrupted."""
-    from inferwise.probes.health import LoopLagSampler
-    from inferwise.probes.loadgen import arrival_schedule, closed_loop, open_loop
-    from inferwise.probes.summary import summarize
+) -> PointResult:
+    """One stored run at one load point. At `hard_deadline` (monotonic; the call's cap)
+    the requests in flight are cancelled and the run closes as interrupted."""
+    run = _PointRun(ctx, point, labels, meta, progress, progress_prefix)
+    return await run.execute(stop, hard_deadline)
 
-    req = ctx.req
-    config = req.model_dump(mode="json", exclude={"db", "api_key_env", "allow_hosts"})
-    config.update(
-        {
-            "url": display_url(req.url),
-            "concurrency": concurrency,
-            "request_rate": rate,
-            "requests": requests,
-            # fresh prompt text per run: a rerun must not find its prompts in the prefix cache
-            "prompt_salt": ctx.workload.new_salt(),
-        }
-    )
-    run_id = ctx.store.create_run(labels=labels, config=config, meta=meta)
-    records: list[RequestRecord] = []
-    counts = Counter()
-    notes: list[str] = []
-    t_begin = time.monotonic()
-    origin = t_begin
-    total = (requests or 0) + req.warmup_requests or None
-    # measured requests at most: a duration-bounded run still stops at the request cap
-    cap = requests if requests is not None else req.max_requests - req.warmup_requests
 
-    writer = StoreWriter(ctx.store, run_id)
-    old_switch = sys.getswitchinterval()
-    # threads beside the probe's loop (store writer, scraper) hand the GIL back
-    # within half a millisecond, so a byte never waits longer to be stamped
-    sys.setswitchinterval(min(old_switch, 0.0005))
-    writer.start()
+class _PointRun:
+    """The state of one run at one load point, and the steps that drive it: send the
+    warm-up and the measured load (here or in worker processes), store each finished
+    request as it comes, and close the run with its status."""
 
-    async def on_record(rec: RequestRecord) -> None:
-        writer.put(rec)
-        records.append(rec)
-        counts["ok" if rec.ok else "failed"] += 1
-        done = counts["ok"] + counts["failed"]
-        elapsed = time.monotonic() - t_begin
+    def __init__(
+        self,
+        ctx: ProbeContext,
+        point: LoadPoint,
+        labels: dict[str, str],
+        meta: dict[str, Any],
+        progress: Progress | None,
+        progress_prefix: str,
+    ) -> None:
+        from inferwise.probes.health import LoopLagSampler
+
+        req = ctx.req
+        self.ctx, self.point, self.req = ctx, point, req
+        self.progress, self.progress_prefix = progress, progress_prefix
+        self.run_id = ctx.store.create_run(labels=labels, config=self._config(), meta=meta)
+        self.records: list[RequestRecord] = []
+        self.counts: Counter[str] = Counter()
+        self.notes: list[str] = []
+        self.server_last: dict[str, float] = {}
+        self.worker_lag: list[float] = []
+        self.lag = LoopLagSampler()
+        self.origin = time.monotonic()
+        self.total = (point.requests or 0) + req.warmup_requests or None
+        # measured requests at most: a duration-bounded run still stops at the request cap
+        self.cap = (
+            point.requests if point.requests is not None else req.max_requests - req.warmup_requests
+        )
+        self.writer = StoreWriter(ctx.store, self.run_id)
+
+    def _config(self) -> dict[str, Any]:
+        req, point = self.req, self.point
+        config = req.model_dump(mode="json", exclude={"db", "api_key_env", "allow_hosts"})
+        config.update(
+            {
+                "url": display_url(req.url),
+                "concurrency": point.concurrency,
+                "request_rate": point.rate,
+                "requests": point.requests,
+                # fresh prompt text per run: a rerun must not find its prompts in the prefix cache
+                "prompt_salt": self.ctx.workload.new_salt(),
+            }
+        )
+        return config
+
+    # ------------------------------------------------------------------ requests
+
+    async def on_record(self, rec: RequestRecord) -> None:
+        self.writer.put(rec)
+        self.records.append(rec)
+        self.counts["ok" if rec.ok else "failed"] += 1
+        done = self.counts["ok"] + self.counts["failed"]
+        elapsed = time.monotonic() - self.origin
         await report_progress(
-            progress,
+            self.progress,
             done,
-            total,
-            f"{progress_prefix}completed {counts['ok']}, failed {counts['failed']}, "
+            self.total,
+            f"{self.progress_prefix}completed {self.counts['ok']}, failed {self.counts['failed']}, "
             f"{done / elapsed if elapsed > 0 else 0:.1f} req/s",
         )
 
-    def send(i: int, scheduled: float | None, warmup: bool) -> Awaitable[RequestRecord]:
-        return send_one(ctx, origin, i, scheduled, warmup)
+    def send(self, i: int, scheduled: float | None, warmup: bool) -> Awaitable[RequestRecord]:
+        return send_one(self.ctx, self.origin, i, scheduled, warmup)
 
-    lag = LoopLagSampler()
-    server_last: dict[str, float] = {}
-    scraper = None
-    if req.metrics_interval_s > 0:
-        scraper = ScrapeThread(ctx, run_id, origin, server_last, notes)
-        scraper.start()
+    # ------------------------------------------------------------------ the load
 
-    worker_lag: list[float] = []
+    async def drive(self, hard_deadline: float | None) -> None:
+        from inferwise.probes.loadgen import closed_loop
 
-    async def drive_in_workers() -> None:
+        req, point = self.req, self.point
+        if req.warmup_requests:
+            await closed_loop(
+                self.send,
+                self.on_record,
+                concurrency=point.concurrency or min(req.warmup_requests, 8),
+                first_index=0,
+                count=req.warmup_requests,
+                deadline=None,
+                warmup=True,
+            )
+        if req.workers > 1:
+            await self._drive_workers()
+        else:
+            await self._drive_here(hard_deadline)
+
+    async def _drive_here(self, hard_deadline: float | None) -> None:
+        from inferwise.probes.loadgen import arrival_schedule, closed_loop, open_loop
+
+        req, point, ctx = self.req, self.point, self.ctx
+        if req.preconnect:
+            await ctx.pool.preconnect(
+                min(point.concurrency or 8, req.max_concurrency), ctx.timeouts
+            )
+        self.lag.start()
+        start = time.monotonic()
+        deadline = start + point.duration_s if point.duration_s is not None else None
+        if hard_deadline is not None:
+            deadline = hard_deadline if deadline is None else min(deadline, hard_deadline)
+        if point.rate is None:
+            await closed_loop(
+                self.send,
+                self.on_record,
+                concurrency=point.concurrency or 1,
+                first_index=req.warmup_requests,
+                count=self.cap,
+                deadline=deadline,
+            )
+            return
+        schedule = arrival_schedule(
+            point.rate,
+            req.burstiness,
+            count=self.cap,
+            duration_s=point.duration_s,
+            seed=req.seed,
+            start_s=start - self.origin,
+        )
+        await open_loop(
+            self.send,
+            self.on_record,
+            schedule=schedule,
+            origin=self.origin,
+            first_index=req.warmup_requests,
+            max_in_flight=req.max_concurrency,
+            deadline=deadline,
+        )
+
+    async def _drive_workers(self) -> None:
+        from inferwise.probes.loadgen import arrival_schedule
         from inferwise.probes.workers import drive_workers
+
+        req, point, ctx = self.req, self.point, self.ctx
 
         async def on_worker_record(rec: RequestRecord, err: float | None) -> None:
             if err is not None:
                 ctx.workload_errors.append(err)
-            await on_record(rec)
+            await self.on_record(rec)
 
         w = ctx.workload
         setup = {
@@ -339,137 +435,120 @@ async def run_point(
             "calibration": [w.overhead_tokens, w.tokens_per_word] if w.calibrated else None,
             "salt": w.salt,
             "connect_host": ctx.pool.target.connect_host,
-            "origin": origin,
+            "origin": self.origin,
             "preconnect": req.preconnect,
         }
         schedule = None
-        if rate is not None:
+        if point.rate is not None:
             schedule = arrival_schedule(
-                rate, req.burstiness, count=cap, duration_s=duration_s, seed=req.seed
+                point.rate,
+                req.burstiness,
+                count=self.cap,
+                duration_s=point.duration_s,
+                seed=req.seed,
             )
-        worker_lag.extend(
+        self.worker_lag.extend(
             await drive_workers(
                 n=req.workers,
                 setup=setup,
-                mode="closed" if rate is None else "open",
-                concurrency=concurrency or 1,
+                mode="closed" if point.rate is None else "open",
+                concurrency=point.concurrency or 1,
                 first_index=req.warmup_requests,
-                count=cap,
+                count=self.cap,
                 schedule=schedule,
-                origin=origin,
-                duration_s=duration_s,
+                origin=self.origin,
+                duration_s=point.duration_s,
                 max_in_flight=req.max_concurrency,
                 on_record=on_worker_record,
-                notes=notes,
+                notes=self.notes,
             )
         )
 
-    async def drive() -> None:
-        if req.warmup_requests:
-            await closed_loop(
-                send,
-                on_record,
-                concurrency=concurrency or min(req.warmup_requests, 8),
-                first_index=0,
-                count=req.warmup_requests,
-                deadline=None,
-                warmup=True,
-            )
-        if req.workers > 1:
-            await drive_in_workers()
-            return
-        if req.preconnect:
-            await ctx.pool.preconnect(min(concurrency or 8, req.max_concurrency), ctx.timeouts)
-        lag.start()
-        start = time.monotonic()
-        deadline = start + duration_s if duration_s is not None else None
-        if hard_deadline is not None:
-            deadline = hard_deadline if deadline is None else min(deadline, hard_deadline)
-        if rate is None:
-            await closed_loop(
-                send,
-                on_record,
-                concurrency=concurrency or 1,
-                first_index=req.warmup_requests,
-                count=cap,
-                deadline=deadline,
-            )
-        else:
-            schedule = arrival_schedule(
-                rate,
-                req.burstiness,
-                count=cap,
-                duration_s=duration_s,
-                seed=req.seed,
-                start_s=start - origin,
-            )
-            await open_loop(
-                send,
-                on_record,
-                schedule=schedule,
-                origin=origin,
-                first_index=req.warmup_requests,
-                max_in_flight=req.max_concurrency,
-                deadline=deadline,
-            )
+    # ------------------------------------------------------------------ the run's life
 
-    def final_summary() -> ProbeSummary:
+    def summary(self) -> ProbeSummary:
+        from inferwise.probes.summary import summarize
+
         # loop lag: the workers' samples, or this loop's own
         return summarize(
-            records, slo=req.slo, loop_lag_ms=worker_lag or lag.stop(), workers=req.workers
+            self.records,
+            slo=self.req.slo,
+            loop_lag_ms=self.worker_lag or self.lag.stop(),
+            workers=self.req.workers,
         )
 
-    task = asyncio.create_task(drive())
-    waiter = asyncio.create_task(stop.wait())
-    status = "complete"
-    limit_s = None if hard_deadline is None else max(0.0, hard_deadline - time.monotonic())
-    try:
-        await asyncio.wait({task, waiter}, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+    async def execute(self, stop: asyncio.Event, hard_deadline: float | None) -> PointResult:
+        old_switch = sys.getswitchinterval()
+        # threads beside the probe's loop (store writer, scraper) hand the GIL back
+        # within half a millisecond, so a byte never waits longer to be stamped
+        sys.setswitchinterval(min(old_switch, 0.0005))
+        self.writer.start()
+        scraper = None
+        if self.req.metrics_interval_s > 0:
+            scraper = ScrapeThread(self.ctx, self.run_id, self.origin, self.server_last, self.notes)
+            scraper.start()
+        status = "failed"  # what the run is, should waiting for it raise
+        try:
+            status = await self._wait(stop, hard_deadline)
+        except asyncio.CancelledError:
+            status = "interrupted"
+            self.writer.close()
+            self.ctx.store.finish_run(self.run_id, "interrupted", self.summary())
+            raise
+        finally:
+            if scraper is not None:
+                await scraper.stop()
+            await asyncio.to_thread(self.writer.close)
+            sys.setswitchinterval(old_switch)
+            if status == "failed":  # the load itself broke (e.g. a worker did not start)
+                self.ctx.store.finish_run(self.run_id, "failed", None)
+        return self._close(status)
+
+    async def _wait(self, stop: asyncio.Event, hard_deadline: float | None) -> str:
+        """Drive the load until it ends, `stop` is set or the hard deadline passes; the
+        status that leaves. Cancellation cancels the load and passes on."""
+        task = asyncio.create_task(self.drive(hard_deadline))
+        waiter = asyncio.create_task(stop.wait())
+        limit_s = None if hard_deadline is None else max(0.0, hard_deadline - time.monotonic())
+        try:
+            await asyncio.wait({task, waiter}, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise
+        finally:
+            waiter.cancel()
         if not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            status = "interrupted"
             if not stop.is_set():
-                notes.append(
-                    f"stopped at the call's time cap (max_duration_s {req.max_duration_s:g} s); "
+                self.notes.append(
+                    f"stopped at the call's time cap (max_duration_s {self.req.max_duration_s:g} s); "
                     "requests still in flight were cancelled"
                 )
-        elif task.exception() is not None:
-            status = "failed"
+            return "interrupted"
+        if task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
-        elif stop.is_set():
-            status = "interrupted"
-    except asyncio.CancelledError:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-        writer.close()
-        ctx.store.finish_run(run_id, "interrupted", final_summary())
-        raise
-    finally:
-        waiter.cancel()
-        if scraper is not None:
-            await scraper.stop()
-        await asyncio.to_thread(writer.close)
-        sys.setswitchinterval(old_switch)
-        if status == "failed":  # the load itself broke (e.g. a worker did not start)
-            ctx.store.finish_run(run_id, "failed", None)
-    if writer.failed:
-        notes.append(
-            f"{writer.failed} finished requests could not be stored ({writer.error}); "
-            "the summary still counts them"
-        )
-    if status == "interrupted":
-        notes.append(
-            f"interrupted: {len(records)} finished requests kept, requests in flight were cancelled"
-        )
-    summary = final_summary()
-    measured = [r for r in records if not r.warmup]
-    if measured and summary.completed == 0 and status == "complete":
-        status = "failed"
-    ctx.store.finish_run(run_id, status, summary)  # type: ignore[arg-type]
-    return run_id, status, summary, records, server_last, notes
+        return "interrupted" if stop.is_set() else "complete"
+
+    def _close(self, status: str) -> PointResult:
+        if self.writer.failed:
+            self.notes.append(
+                f"{self.writer.failed} finished requests could not be stored ({self.writer.error}); "
+                "the summary still counts them"
+            )
+        if status == "interrupted":
+            self.notes.append(
+                f"interrupted: {len(self.records)} finished requests kept, requests in flight were cancelled"
+            )
+        summary = self.summary()
+        measured = [r for r in self.records if not r.warmup]
+        if measured and summary.completed == 0 and status == "complete":
+            status = "failed"
+        self.ctx.store.finish_run(self.run_id, status, summary)  # type: ignore[arg-type]
+        return PointResult(self.run_id, status, summary, self.records, self.server_last, self.notes)
 
 
 class StoreWriter:
