@@ -702,27 +702,78 @@ def _check_request(req: BudgetRequest) -> None:
 
 def decompose_budget(req: BudgetRequest) -> BudgetResult:
     """Budget the SLOs over the stages; see the module docstring."""
-    import numpy as np
-
-    from .predict import check_lengths, percentiles, saturation_point, weighted_percentiles
+    from .predict import percentiles, saturation_point, weighted_percentiles
     from .roofline import StepModel
 
     _check_request(req)
     model = StepModel.from_deployment(req)
     if not req.agent_steps:
+        from .predict import check_lengths
+
         check_lengths(req)
     wl = _Workload(req)
     costs = _Costs(req)
-    assumptions = [
+    warnings: list[str] = []
+    rate, conc = _design_load(req, wl)
+    n = req.num_requests or (_n_for_concurrency(conc) if conc else _n_for_rate(rate or 1.0))
+    res, stats = _simulate(model, wl, rate, conc, n, req.seed, req.burstiness)
+    m = _client_metrics(stats, res, costs)
+
+    keys = sorted({*req.slo_e2e_ms, *req.slo_ttft_ms, *req.slo_itl_ms}, key=lambda k: float(k[1:]))
+    key = keys[-1]
+    task, task_ms = _tasks(req, keys, model, m, wl)
+    checks = _checks(req, m, task_ms)
+    feasible_by = {k: all(c.met for c in checks if c.percentile == k) for k in keys}
+    components = _components(req, m, key)
+    binding, binding_target = _binding(components, checks, key)
+
+    mean_in, mean_out = (float(a.mean()) for a in wl.arrays(256))
+    sat = saturation_point(model, mean_in, mean_out)
+    max_rate, max_conc = _load_that_fits(req, model, wl, costs, conc, sat.max_requests_per_s)
+    replicas = None
+    if req.request_rate is not None and max_rate:
+        replicas = max(1, math.ceil(req.request_rate * req.peak_to_mean / max_rate - 1e-9))
+    if max_rate == 0.0 or max_conc == 0:
+        warnings.append(
+            "no load meets every target: the service time alone (an idle engine) exceeds a target"
+        )
+    return BudgetResult(
+        model=req.model,
+        gpu=model.hardware.name,
+        percentile=key,
+        design_request_rate=rate,
+        design_concurrency=conc,
+        components=components,
+        binding=binding,
+        binding_target=binding_target,
+        feasible=all(feasible_by.values()),
+        feasible_by_percentile=feasible_by,
+        checks=checks,
+        why=_why(checks, components, key),
+        max_rate_under_slo=max_rate,
+        max_concurrency_under_slo=max_conc,
+        saturation_request_rate=sat.max_requests_per_s / wl.calls_per_task,
+        replicas_needed=replicas,
+        ttft_ms=measured(percentiles(m["ttft"]), "TTFT"),
+        itl_ms=weighted_percentiles(m["itl_values"], m["itl_weights"]),
+        e2e_ms=measured(percentiles(m["e2e"]), "end-to-end latency"),
+        task=task,
+        suggestions=_budget_suggestions(req, binding, replicas, task),
+        assumptions=_assumptions(req, model),
+        warnings=warnings,
+    )
+
+
+def _assumptions(req: BudgetRequest, model: Any) -> list[str]:
+    post = (
+        "detokenization overlaps streaming"
+        if req.streaming
+        else f"detokenization at {req.detokenization_tokens_per_s:,.0f} tokens/s"
+    )
+    return [
         f"network: one round trip of {req.network_rtt_ms:g} ms per request",
         f"preprocessing: {req.template_ms:g} ms template + tokenization at {req.tokenization_tokens_per_s:,.0f} tokens/s",
-        "postprocessing: "
-        + (
-            "detokenization overlaps streaming"
-            if req.streaming
-            else f"detokenization at {req.detokenization_tokens_per_s:,.0f} tokens/s"
-        )
-        + f", guardrails {req.guardrails_ms:g} ms, tool parsing {req.tool_parsing_ms:g} ms",
+        f"postprocessing: {post}, guardrails {req.guardrails_ms:g} ms, tool parsing {req.tool_parsing_ms:g} ms",
         f"design load = {'request_rate' if req.request_rate else 'concurrency'} x peak_to_mean ({req.peak_to_mean:g})",
         *(
             ["concurrency: independent users, first requests spread over one service time"]
@@ -732,32 +783,34 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
         "engine stages simulated as in `inferwise predict` (same step model and calibrated factors)",
         *model.notes,
     ]
-    warnings: list[str] = []
 
-    # Design load.
-    rate = conc = None
+
+def _design_load(req: BudgetRequest, wl: _Workload) -> tuple[float | None, int | None]:
+    """(LLM-call rate, concurrency) at the peak: exactly one of them is set."""
     if req.request_rate is not None:
-        rate = req.request_rate * req.peak_to_mean * wl.calls_per_task
-    else:
-        conc = max(1, math.ceil((req.concurrency or 1) * req.peak_to_mean))
-    n = req.num_requests or (_n_for_concurrency(conc) if conc else _n_for_rate(rate or 1.0))
-    res, stats = _simulate(model, wl, rate, conc, n, req.seed, req.burstiness)
-    m = _client_metrics(stats, res, costs)
+        return req.request_rate * req.peak_to_mean * wl.calls_per_task, None
+    return None, max(1, math.ceil((req.concurrency or 1) * req.peak_to_mean))
 
-    keys = sorted({*req.slo_e2e_ms, *req.slo_ttft_ms, *req.slo_itl_ms}, key=lambda k: float(k[1:]))
-    key = keys[-1]
+
+def _tasks(
+    req: BudgetRequest, keys: list[str], model: Any, m: dict[str, Any], wl: _Workload
+) -> tuple[TaskBudget | None, dict[str, float] | None]:
+    """An agentic task's critical path at the budget percentile, and its total per percentile."""
+    if not req.agent_steps:
+        return None, None
     task = None
-    task_ms: dict[str, float] | None = None
-    if req.agent_steps:
-        task_ms = {}
-        for k in keys:
-            tb, total = _task(req, k, model, m, wl)
-            task_ms[k] = total
-            if k == key:
-                task = tb
-    checks = _checks(req, m, task_ms)
-    feasible_by = {k: all(c.met for c in checks if c.percentile == k) for k in keys}
-    feasible = all(feasible_by.values())
+    task_ms: dict[str, float] = {}
+    for k in keys:
+        tb, total = _task(req, k, model, m, wl)
+        task_ms[k] = total
+        if k == keys[-1]:
+            task = tb
+    return task, task_ms
+
+
+def _components(req: BudgetRequest, m: dict[str, Any], key: str) -> list[Component]:
+    """Each stage's budget beside its predicted time at the budget percentile."""
+    import numpy as np
 
     out_tokens = float(np.median(m["out"])) if len(m["out"]) else float(req.output_tokens)
     pred: dict[Stage, float] = {
@@ -769,11 +822,13 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
         "postprocessing": _pct(m["post"], key),
     }
     budgets = _allocate(req, key, pred, out_tokens)
-    components = [
+    return [
         Component(name=s, budget_ms=budgets[s], predicted_ms=pred[s], slack_ms=budgets[s] - pred[s])
         for s in STAGES
     ]
-    binding, binding_target = _binding(components, checks, key)
+
+
+def _why(checks: list[Check], components: list[Component], key: str) -> list[str]:
     why = [
         f"{c.metric} {c.percentile}: predicted {c.predicted_ms:,.0f} ms > target {c.target_ms:,.0f} ms "
         f"(+{(c.predicted_ms / c.target_ms - 1) * 100:.0f}%)"
@@ -786,71 +841,49 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
             why.append(
                 f"largest overrun at {key}: {worst.name} {-worst.slack_ms:,.0f} ms over its budget"
             )
+    return why
 
-    # Load that fits.
-    mean_in, mean_out = (float(a.mean()) for a in wl.arrays(256))
-    sat = saturation_point(model, mean_in, mean_out)
-    max_rate = max_conc = None
-    if conc is None:
-        max_rate = _max_rate(req, model, wl, costs, sat.max_requests_per_s)
-        if max_rate is not None:
-            max_rate = max_rate / wl.calls_per_task
-    else:
-        max_conc = _max_concurrency(req, model, wl, costs)
-    replicas = None
-    if req.request_rate is not None and max_rate:
-        replicas = max(1, math.ceil(req.request_rate * req.peak_to_mean / max_rate - 1e-9))
-    if max_rate == 0.0 or max_conc == 0:
-        warnings.append(
-            "no load meets every target: the service time alone (an idle engine) exceeds a target"
-        )
 
+def _load_that_fits(
+    req: BudgetRequest,
+    model: Any,
+    wl: _Workload,
+    costs: _Costs,
+    conc: int | None,
+    saturation: float,
+) -> tuple[float | None, int | None]:
+    """The largest request (task) rate, or concurrency, that meets every target."""
+    if conc is not None:
+        return None, _max_concurrency(req, model, wl, costs)
+    max_rate = _max_rate(req, model, wl, costs, saturation)
+    return (max_rate / wl.calls_per_task if max_rate is not None else None), None
+
+
+def _budget_suggestions(
+    req: BudgetRequest, binding: Stage, replicas: int | None, task: TaskBudget | None
+) -> list[str]:
     suggestions = list(_SUGGESTIONS[binding])
     if binding == "queue" and replicas and replicas > 1:
         suggestions.insert(
             0,
             f"{replicas} replicas carry {req.request_rate:g} req/s x {req.peak_to_mean:g} peak within the targets",
         )
-    if task is not None and task.critical_path:
-        llm_on_path = [s for s in task.steps if s.on_critical_path and s.kind == "llm"]
-        tool_on_path = [s for s in task.steps if s.on_critical_path and s.kind == "tool"]
-        if tool_on_path and max(s.predicted_ms for s in tool_on_path) > max(
-            (s.predicted_ms for s in llm_on_path), default=0
-        ):
-            suggestions.insert(
-                0,
-                "a tool call dominates the task's critical path: parallelise independent tool calls or cache their results",
-            )
-        if any(s.attempts > 1 for s in task.steps):
-            suggestions.append(
-                "retries reach the budget percentile: lower the failure rate (validation, structured output) before tuning latency"
-            )
-
-    return BudgetResult(
-        model=req.model,
-        gpu=model.hardware.name,
-        percentile=key,
-        design_request_rate=rate,
-        design_concurrency=conc,
-        components=components,
-        binding=binding,
-        binding_target=binding_target,
-        feasible=feasible,
-        feasible_by_percentile=feasible_by,
-        checks=checks,
-        why=why,
-        max_rate_under_slo=max_rate,
-        max_concurrency_under_slo=max_conc,
-        saturation_request_rate=sat.max_requests_per_s / wl.calls_per_task,
-        replicas_needed=replicas,
-        ttft_ms=measured(percentiles(m["ttft"]), "TTFT"),
-        itl_ms=weighted_percentiles(m["itl_values"], m["itl_weights"]),
-        e2e_ms=measured(percentiles(m["e2e"]), "end-to-end latency"),
-        task=task,
-        suggestions=suggestions,
-        assumptions=assumptions,
-        warnings=warnings,
-    )
+    if task is None or not task.critical_path:
+        return suggestions
+    llm_on_path = [s for s in task.steps if s.on_critical_path and s.kind == "llm"]
+    tool_on_path = [s for s in task.steps if s.on_critical_path and s.kind == "tool"]
+    if tool_on_path and max(s.predicted_ms for s in tool_on_path) > max(
+        (s.predicted_ms for s in llm_on_path), default=0
+    ):
+        suggestions.insert(
+            0,
+            "a tool call dominates the task's critical path: parallelise independent tool calls or cache their results",
+        )
+    if any(s.attempts > 1 for s in task.steps):
+        suggestions.append(
+            "retries reach the budget percentile: lower the failure rate (validation, structured output) before tuning latency"
+        )
+    return suggestions
 
 
 def _n_for_rate(rate: float) -> int:
