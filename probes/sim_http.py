@@ -23,11 +23,38 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from inferwise.probes.sim_engine import SimEngine, chat_prompt_tokens, output_token, tokenize
 
 SEND_LOG_LIMIT = 100_000
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """The mid-stream fault one response gets, if any: the connection cut, a stall, or an
+    error event, striking after `after_tokens` output tokens. One value instead of three
+    mutually exclusive positions."""
+
+    kind: Literal["cut", "stall", "error"] | None = None
+    after_tokens: int = 0
+
+    def strikes(self, kind: str, tokens_sent: int) -> bool:
+        """Whether fault `kind` strikes before `tokens_sent` tokens are out."""
+        return self.kind == kind and tokens_sent > self.after_tokens
+
+
+@dataclass(frozen=True)
+class _Delivery:
+    """Everything one response's delivery needs (streamed or whole)."""
+
+    send: Any
+    req: dict[str, Any]
+    seq: Any
+    entry: SendLogEntry
+    chat: bool
+    fault: FaultPlan
+    disconnected: asyncio.Event
 
 
 @dataclass
@@ -223,13 +250,9 @@ class SimApp:
             request_id, req["prompt"], req["max_tokens"], req["min_tokens"], req["ignore_eos"]
         )
         # a mid-stream fault strikes after a random number of output tokens
-        strike = None
+        plan = FaultPlan()
         if fault in ("cut", "stall", "error"):
-            strike = self.rng.randint(1, max(req["max_tokens"] - 1, 1))
-        cut_after = strike if fault == "cut" else None
-        stall_after = strike if fault == "stall" else None
-        error_after = strike if fault == "error" else None
-
+            plan = FaultPlan(fault, self.rng.randint(1, max(req["max_tokens"] - 1, 1)))
         disconnected = asyncio.Event()
 
         async def watch_disconnect() -> None:
@@ -244,9 +267,7 @@ class SimApp:
         watcher = asyncio.get_running_loop().create_task(watch_disconnect())
         try:
             deliver = self._stream if req["stream"] else self._whole
-            await deliver(
-                send, req, seq, entry, chat, cut_after, stall_after, disconnected, error_after
-            )
+            await deliver(_Delivery(send, req, seq, entry, chat, plan, disconnected))
         finally:
             watcher.cancel()
             entry.admitted_s = seq.admitted_s
@@ -302,55 +323,7 @@ class SimApp:
             raise _BadRequest(
                 f"The model `{model}` does not exist.", "model", 404, "not_found_error"
             )
-        if chat:
-            messages = data.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise _BadRequest("'messages' must be a non-empty list", "messages")
-            parsed: list[tuple[str, str]] = []
-            for i, m in enumerate(messages):
-                if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                    raise _BadRequest(f"messages[{i}] must be an object with a 'role'", "messages")
-                content = m.get("content", "")
-                if content is None:
-                    content = ""
-                if isinstance(content, list):
-                    parts = []
-                    for part in content:
-                        if (
-                            isinstance(part, dict)
-                            and part.get("type") == "text"
-                            and isinstance(part.get("text"), str)
-                        ):
-                            parts.append(part["text"])
-                        else:
-                            raise _BadRequest(
-                                f"messages[{i}].content: only text parts are supported", "messages"
-                            )
-                    content = "\n".join(parts)
-                if not isinstance(content, str):
-                    raise _BadRequest(
-                        f"messages[{i}].content must be a string or a list of text parts",
-                        "messages",
-                    )
-                parsed.append((m["role"], content))
-            prompt = chat_prompt_tokens(parsed)
-        else:
-            p = data.get("prompt")
-            if isinstance(p, list) and len(p) == 1:
-                p = p[0]
-            if isinstance(p, str):
-                prompt = tokenize(p)
-            elif (
-                isinstance(p, list)
-                and p
-                and all(isinstance(t, int) and not isinstance(t, bool) for t in p)
-            ):
-                prompt = [str(t) for t in p]
-            else:
-                raise _BadRequest(
-                    "'prompt' must be a string, a list with one string, or a list of token ids",
-                    "prompt",
-                )
+        prompt = _chat_prompt(data) if chat else _completion_prompt(data)
         if not prompt:
             raise _BadRequest("the prompt is empty", "messages" if chat else "prompt")
         max_tokens = data.get("max_completion_tokens", data.get("max_tokens"))
@@ -389,18 +362,8 @@ class SimApp:
             "continuous_usage": bool(opts.get("continuous_usage_stats", False)),
         }
 
-    async def _stream(
-        self,
-        send: Any,
-        req: dict[str, Any],
-        seq: Any,
-        entry: SendLogEntry,
-        chat: bool,
-        cut_after: int | None,
-        stall_after: int | None,
-        disconnected: asyncio.Event,
-        error_after: int | None = None,
-    ) -> None:
+    async def _stream(self, d: _Delivery) -> None:
+        send, req, seq, entry, chat = d.send, d.req, d.seq, d.entry, d.chat
         rid = entry.request_id
         cid = ("chatcmpl-" if chat else "cmpl-") + rid
         obj = "chat.completion.chunk" if chat else "text_completion"
@@ -455,7 +418,7 @@ class SimApp:
         while True:
             if not seq.finished and seq.generated == seq.delivered:
                 await seq.ready.wait()
-            if disconnected.is_set():
+            if d.disconnected.is_set():
                 entry.end_s = time.monotonic()
                 entry.finish_reason = "client_disconnected"
                 return
@@ -463,11 +426,11 @@ class SimApp:
             finished = seq.finished
             while pending >= per_chunk or (finished and pending > 0):
                 k = min(per_chunk, pending)
-                if cut_after is not None and sent + k > cut_after:
+                if d.fault.strikes("cut", sent + k):
                     entry.end_s = time.monotonic()
                     entry.finish_reason = "cut"
                     return  # leaves the chunked body unterminated: the client sees the connection drop
-                if error_after is not None and sent + k > error_after:
+                if d.fault.strikes("error", sent + k):
                     # an error object mid-stream, then [DONE], as vLLM does when generation fails
                     err = {
                         "error": {
@@ -483,10 +446,10 @@ class SimApp:
                     entry.completion_tokens = sent
                     entry.finish_reason = "error"
                     return
-                if stall_after is not None and not stalled and sent >= stall_after:
+                if d.fault.kind == "stall" and not stalled and sent >= d.fault.after_tokens:
                     stalled = True
                     await asyncio.sleep(self.s.stall_s)
-                    if disconnected.is_set():
+                    if d.disconnected.is_set():
                         entry.end_s = time.monotonic()
                         entry.finish_reason = "client_disconnected"
                         return
@@ -521,28 +484,18 @@ class SimApp:
         entry.completion_tokens = sent
         entry.finish_reason = reason
 
-    async def _whole(
-        self,
-        send: Any,
-        req: dict[str, Any],
-        seq: Any,
-        entry: SendLogEntry,
-        chat: bool,
-        cut_after: int | None,
-        stall_after: int | None,
-        disconnected: asyncio.Event,
-        error_after: int | None = None,
-    ) -> None:
+    async def _whole(self, d: _Delivery) -> None:
+        send, req, seq, entry, chat = d.send, d.req, d.seq, d.entry, d.chat
         while not seq.finished:
             await seq.ready.wait()
             seq.take()
-            if disconnected.is_set():
+            if d.disconnected.is_set():
                 entry.end_s = time.monotonic()
                 entry.finish_reason = "client_disconnected"
                 return
-        if stall_after is not None:
+        if d.fault.kind == "stall":
             await asyncio.sleep(self.s.stall_s)
-        if error_after is not None:
+        if d.fault.kind == "error":
             entry.status = 500
             entry.end_s = time.monotonic()
             entry.finish_reason = "error"
@@ -607,7 +560,7 @@ class SimApp:
             }
         )
         entry.headers_s = time.monotonic()
-        if cut_after is not None:
+        if d.fault.kind == "cut":
             await send(
                 {"type": "http.response.body", "body": body[: len(body) // 2], "more_body": True}
             )
@@ -619,6 +572,57 @@ class SimApp:
         entry.end_s = time.monotonic()
         entry.completion_tokens = n
         entry.finish_reason = reason
+
+
+def _chat_prompt(data: dict[str, Any]) -> list[str]:
+    """The prompt tokens of a chat request's messages (text parts only)."""
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _BadRequest("'messages' must be a non-empty list", "messages")
+    parsed: list[tuple[str, str]] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise _BadRequest(f"messages[{i}] must be an object with a 'role'", "messages")
+        parsed.append((m["role"], _message_text(m.get("content", ""), i)))
+    return chat_prompt_tokens(parsed)
+
+
+def _message_text(content: Any, i: int) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if (
+                isinstance(part, dict)
+                and part.get("type") == "text"
+                and isinstance(part.get("text"), str)
+            ):
+                parts.append(part["text"])
+            else:
+                raise _BadRequest(
+                    f"messages[{i}].content: only text parts are supported", "messages"
+                )
+        return "\n".join(parts)
+    if not isinstance(content, str):
+        raise _BadRequest(
+            f"messages[{i}].content must be a string or a list of text parts", "messages"
+        )
+    return content
+
+
+def _completion_prompt(data: dict[str, Any]) -> list[str]:
+    """The prompt tokens of a completions request: a string, one string in a list, or ids."""
+    p = data.get("prompt")
+    if isinstance(p, list) and len(p) == 1:
+        p = p[0]
+    if isinstance(p, str):
+        return tokenize(p)
+    if isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+        return [str(t) for t in p]
+    raise _BadRequest(
+        "'prompt' must be a string, a list with one string, or a list of token ids", "prompt"
+    )
 
 
 async def _read_body(receive: Any) -> bytes:
