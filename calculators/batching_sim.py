@@ -93,7 +93,7 @@ def _isnan(a: Any) -> Any:
     return np.isnan(a)
 
 
-def simulate(
+def simulate(  # noqa: C901, PLR0915 - one cohesive step loop, kept whole for speed (see docstring)
     model: StepModel,
     input_tokens: Any,
     output_tokens: Any,
@@ -108,6 +108,11 @@ def simulate(
     loop: ``concurrency`` clients each send their next request the moment the
     previous one completes (benchmark_serving ``--max-concurrency`` with
     ``--request-rate inf``); ``stagger_ms`` spreads the clients' first requests. Neither: every request arrives at t=0 (offline).
+
+    One function on purpose: the step loop is the hot path of every prediction (and of
+    the recommender's search), and its state lives in locals; split into methods or
+    closures it ran measurably slower. The loop checks the compute budget
+    (:mod:`.deadline`) every 512 iterations.
     """
     import numpy as np
 

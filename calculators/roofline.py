@@ -353,6 +353,7 @@ class StepModel:
 def dense_shape(
     name: str,
     params: float,
+    *,
     num_layers: int,
     hidden_size: int,
     num_heads: int,
@@ -362,7 +363,8 @@ def dense_shape(
     bytes_per_param: float = 2.0,
     kv_bytes_per_element: float = 2.0,
 ) -> ModelShape:
-    """A dense decoder from its headline numbers (for tests and quick what-ifs)."""
+    """A dense decoder from its headline numbers (for tests and quick what-ifs); the
+    sizes are keywords, so a call reads which number is which."""
     embed = vocab_size * hidden_size
     return ModelShape(
         name=name,

@@ -37,7 +37,16 @@ IDEAL = Efficiency(
 
 
 def llama8b(eff: Efficiency = IDEAL, **kw) -> StepModel:
-    shape = dense_shape("llama-3.1-8b", LLAMA8B_PARAMS, 32, 4096, 32, 128, 8, 128_256)
+    shape = dense_shape(
+        "llama-3.1-8b",
+        LLAMA8B_PARAMS,
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        head_dim=128,
+        num_kv_heads=8,
+        vocab_size=128_256,
+    )
     return StepModel(shape, H100, eff, **kw)
 
 
@@ -252,14 +261,32 @@ def test_bound_names_the_largest_term():
     assert m.breakdown(8192, 0, 0).bound == "compute"
     assert m.breakdown(0, 8, 8000).bound == "memory-bandwidth"
     tiny = StepModel(
-        dense_shape("tiny", 2e7, 4, 256, 4, 64, 4, 1000),
+        dense_shape(
+            "tiny",
+            2e7,
+            num_layers=4,
+            hidden_size=256,
+            num_heads=4,
+            head_dim=64,
+            num_kv_heads=4,
+            vocab_size=1000,
+        ),
         H100,
         Efficiency(0.5, 0.8, 1.5, 0.0, 0.0, 1.0),
     )
     assert tiny.breakdown(0, 1, 0).bound == "overhead"
     pcie = Hardware("pcie", 989.5, 3350, "pcie", 8.0)
     slow_link = StepModel(
-        dense_shape("small", 1e9, 16, 2048, 16, 128, 8, 32000),
+        dense_shape(
+            "small",
+            1e9,
+            num_layers=16,
+            hidden_size=2048,
+            num_heads=16,
+            head_dim=128,
+            num_kv_heads=8,
+            vocab_size=32000,
+        ),
         pcie,
         Efficiency(0.5, 0.8, 0.1, 0.0, 40.0, 0.5),
         tensor_parallel_size=8,

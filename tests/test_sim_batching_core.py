@@ -21,7 +21,16 @@ EFF = Efficiency(0.5, 0.8, 1.5, 0.01, 10.0, 0.7)
 
 
 def model(**kw) -> StepModel:
-    shape = dense_shape("llama-8b", 8.03e9, 32, 4096, 32, 128, 8, 128_256)
+    shape = dense_shape(
+        "llama-8b",
+        8.03e9,
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        head_dim=128,
+        num_kv_heads=8,
+        vocab_size=128_256,
+    )
     kw.setdefault("kv_capacity_tokens", 400_000)
     kw.setdefault("max_num_seqs", 256)
     kw.setdefault("max_num_batched_tokens", 8192)
