@@ -68,6 +68,8 @@ ENVELOPES: dict[str, tuple[Stage, ...]] = {
 }
 
 
+NO_LOAD_MEETS = "the service time alone (an idle engine) exceeds a target"
+"""Why no rate meets the targets when the budget's max rate is 0 (said in its warnings)."""
 MAX_AGENT_STEPS = 100
 """Steps of one agentic task; real agents plan tens at most."""
 
@@ -734,9 +736,7 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
     if req.request_rate is not None and max_rate:
         replicas = max(1, math.ceil(req.request_rate * req.peak_to_mean / max_rate - 1e-9))
     if max_rate == 0.0 or max_conc == 0:
-        warnings.append(
-            "no load meets every target: the service time alone (an idle engine) exceeds a target"
-        )
+        warnings.append(f"no load meets every target: {NO_LOAD_MEETS}")
     return BudgetResult(
         model=req.model,
         gpu=model.hardware.name,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferwise.calculators.errors import InputError
 from inferwise.knowledge.rule_engine import Fact
@@ -34,6 +34,9 @@ from inferwise.knowledge.sizing import (
 )
 from inferwise.knowledge.vocabulary import SYMPTOMS
 from inferwise.knowledge.workload import Slo, Workload
+
+if TYPE_CHECKING:
+    from inferwise.calculators.fit import FitResult
 
 LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 PCTS = ("p50", "p90", "p95", "p99")
@@ -64,7 +67,9 @@ class Analysis:
     symptoms: list[SymptomBasis] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    calcs: dict[str, CalcOutcome] = field(default_factory=dict)
+    calculators_skipped: str | None = None
+    """The note saying why the calculators were not run on the stated deployment."""
+    calcs: dict[str, CalcOutcome[Any]] = field(default_factory=dict)
     run: dict[str, Any] | None = None
     gpu: Any | None = None
 
@@ -489,7 +494,10 @@ def _not_computed(notes: list[str]) -> list[str]:
 
 
 def _typical(dist: Any) -> float | None:
-    """A calculator distribution (dict of mean/p50/...) or plain number, as one typical value."""
+    """A calculator distribution (Percentiles, or a dict of mean/p50/...) or a plain number,
+    as one typical value: its median."""
+    if hasattr(dist, "p50"):
+        return float(dist.p50)
     if isinstance(dist, dict):
         v = dist.get("p50", dist.get("mean"))
         return float(v) if isinstance(v, (int, float)) else None
@@ -510,7 +518,8 @@ def _calculator_facts(a: Analysis) -> None:
                 if allowed and "deployment.gpu" in missing
                 else ""
             )
-            a.notes.append(f"The calculators were not run: {missing} is missing{hint}.")
+            a.calculators_skipped = f"The calculators were not run: {missing} is missing{hint}."
+            a.notes.append(a.calculators_skipped)
         return
     inp, out = _sizing_lengths(a)
     # Requests in flight hold typical, not worst-case, contexts: size the KV question with
@@ -525,58 +534,72 @@ def _calculator_facts(a: Analysis) -> None:
     )
     a.calcs["fit"] = fit
     a.assumptions.extend(_not_computed(fit.notes))
-    if fit.result is None and any(": model:" in n or ": gpu:" in n for n in fit.notes):
+    if fit.failure is not None and fit.failure.field in ("model", "gpu"):
         a.assumptions.append(
             "`inferwise predict` and `inferwise budget` were skipped for the same reason."
         )
         return
-    if fit.result:
-        r = fit.result
-        answer = r.get("answer") or {}
-        a.put("fit.fits", r.get("fits"), "computed")
-        if (
-            r.get("fits") is False
-            and answer.get("fits")
-            and a.value("deployment.max_model_len") is None
-        ):
-            # vLLM refuses to start when one request of max_model_len does not fit; with the
-            # context left at the model's default that says nothing about the load asked
-            # for, which fits. A deployment that runs must have set a shorter context.
-            a.put("fit.fits", True, "computed", "at the workload's context and concurrency")
-            a.put("fit.default_context_fails", True, "computed", str(r.get("verdict", "")))
-            a.assumptions.append(
-                f"At the model's default max_model_len ({int(r.get('max_model_len') or 0):,} tokens) "
-                f"the engine would not start: {r.get('verdict', '').rstrip('.')}. The workload's "
-                "own load fits; a running deployment must pass a shorter --max-model-len "
-                "(state deployment.max_model_len)."
-            )
-        a.put("fit.quantization", r.get("quantization"), "computed", "as the engine would load it")
-        if answer.get("max_concurrency_at_context") is not None:
-            a.put(
-                "fit.max_concurrency",
-                answer["max_concurrency_at_context"],
-                "computed",
-                f"whole requests of {answer.get('context_tokens')} tokens",
-            )
-        else:
-            a.put("fit.max_concurrency", r.get("max_concurrency"), "computed", "at max_model_len")
-        a.put("fit.kv_cache_tokens", r.get("kv_cache_tokens"), "computed")
-        per = r.get("per_gpu") or {}
-        if per.get("weights_gib") and per.get("usable_gib"):
-            a.put("fit.weights_share", per["weights_gib"] / per["usable_gib"], "computed")
-        obs_c = a.value("observations.concurrency")
-        obs_c = obs_c / replicas if obs_c else obs_c
-        fit_c = a.value("fit.max_concurrency")
-        if obs_c and fit_c:
-            a.put("derived.concurrency_over_fit", obs_c / fit_c, "derived", "per replica")
-        elif obs_c and fit_c == 0:
-            a.put("derived.no_request_fits", True, "derived", f"context {context} tokens")
-
+    if fit.result is not None:
+        _fit_facts(a, fit.result, context, replicas)
     if inp is None or out is None:
         a.notes.append(
             "`inferwise predict` was not run: traffic.input_tokens and traffic.output_tokens are needed."
         )
         return
+    _predict_facts(a, inp, out, concurrency, replicas)
+    _single_request_facts(a, inp, out)
+    if a.workload.slo is not None:
+        _budget_facts(a, inp, out)
+    _capacity_facts(a)
+
+
+def _fit_facts(a: Analysis, r: FitResult, context: int | None, replicas: int) -> None:
+    """What the memory fit says about the stated deployment at the workload's load."""
+    answer = r.answer
+    a.put("fit.fits", r.fits, "computed")
+    if (
+        not r.fits
+        and answer is not None
+        and answer.fits
+        and a.value("deployment.max_model_len") is None
+    ):
+        # vLLM refuses to start when one request of max_model_len does not fit; with the
+        # context left at the model's default that says nothing about the load asked
+        # for, which fits. A deployment that runs must have set a shorter context.
+        a.put("fit.fits", True, "computed", "at the workload's context and concurrency")
+        a.put("fit.default_context_fails", True, "computed", r.verdict)
+        a.assumptions.append(
+            f"At the model's default max_model_len ({r.max_model_len:,} tokens) "
+            f"the engine would not start: {r.verdict.rstrip('.')}. The workload's "
+            "own load fits; a running deployment must pass a shorter --max-model-len "
+            "(state deployment.max_model_len)."
+        )
+    a.put("fit.quantization", r.quantization, "computed", "as the engine would load it")
+    if answer is not None:
+        a.put(
+            "fit.max_concurrency",
+            answer.max_concurrency_at_context,
+            "computed",
+            f"whole requests of {answer.context_tokens} tokens",
+        )
+    else:
+        a.put("fit.max_concurrency", r.max_concurrency, "computed", "at max_model_len")
+    a.put("fit.kv_cache_tokens", r.kv_cache_tokens, "computed")
+    if r.per_gpu.weights_gib and r.per_gpu.usable_gib:
+        a.put("fit.weights_share", r.per_gpu.weights_gib / r.per_gpu.usable_gib, "computed")
+    obs_c = a.value("observations.concurrency")
+    obs_c = obs_c / replicas if obs_c else obs_c
+    fit_c = a.value("fit.max_concurrency")
+    if obs_c and fit_c:
+        a.put("derived.concurrency_over_fit", obs_c / fit_c, "derived", "per replica")
+    elif obs_c and fit_c == 0:
+        a.put("derived.no_request_fits", True, "derived", f"context {context} tokens")
+
+
+def _predict_facts(
+    a: Analysis, inp: float, out: float, concurrency: float | None, replicas: int
+) -> None:
+    """Predicted latency at the workload's load, per replica."""
     rate = a.value("traffic.arrival_rate_rps")
     if concurrency or not rate:
         per = max(1.0, (concurrency or 1) / replicas)
@@ -587,69 +610,73 @@ def _calculator_facts(a: Analysis) -> None:
         at = f"at {rate / replicas:g} req/s per replica"
     a.calcs["predict"] = pred
     a.assumptions.extend(_not_computed(pred.notes))
-    if pred.result:
-        r = pred.result
-        for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "queue_ms"):
-            dist = r.get(metric)
-            if isinstance(dist, dict):
-                for k in ("mean", *PCTS):
-                    a.put(f"predicted.{metric}.{k}", dist.get(k), "computed", at)
-        a.put("predicted.itl_ms", _typical(r.get("itl_ms")), "computed", at)
-        a.put("predicted.ttft_ms", _typical(r.get("ttft_ms")), "computed", at)
-        a.put("predicted.bound", r.get("bound"), "computed", at)
-        a.put(
-            "predicted.decode_step_ms", (r.get("step") or {}).get("decode_step_ms"), "computed", at
-        )
-        sat = r.get("saturation") or {}
-        a.put(
-            "predicted.max_requests_per_s",
-            sat.get("max_requests_per_s"),
-            "computed",
-            "saturation, ignoring SLOs",
-        )
-        obs_itl = _pct(a, "observations.itl_ms", "p50") or _pct(a, "observations.tpot_ms", "p50")
-        pred_itl = a.value("predicted.itl_ms")
-        if obs_itl and pred_itl:
-            a.put("derived.itl_over_predicted", obs_itl / pred_itl, "derived")
+    r = pred.result
+    if r is None:
+        return
+    for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "queue_ms"):
+        dist = getattr(r, metric)
+        if dist is not None:
+            for k in ("mean", *PCTS):
+                a.put(f"predicted.{metric}.{k}", getattr(dist, k), "computed", at)
+    a.put("predicted.itl_ms", _typical(r.itl_ms), "computed", at)
+    a.put("predicted.ttft_ms", _typical(r.ttft_ms), "computed", at)
+    a.put("predicted.bound", r.bound, "computed", at)
+    a.put("predicted.decode_step_ms", r.step.decode_step_ms, "computed", at)
+    a.put(
+        "predicted.max_requests_per_s",
+        r.saturation.max_requests_per_s,
+        "computed",
+        "saturation, ignoring SLOs",
+    )
+    obs_itl = _pct(a, "observations.itl_ms", "p50") or _pct(a, "observations.tpot_ms", "p50")
+    pred_itl = a.value("predicted.itl_ms")
+    if obs_itl and pred_itl:
+        a.put("derived.itl_over_predicted", obs_itl / pred_itl, "derived")
+
+
+def _single_request_facts(a: Analysis, inp: float, out: float) -> None:
+    """A request alone: its TTFT is its prefill, the reference for "is the rest queueing?"."""
     single = run_predict(a.workload, inp, out, concurrency=1)
     a.calcs["predict_c1"] = single
-    # TTFT of a request alone is its prefill: the reference for "is the extra time queueing?"
-    ttft_c1 = _typical((single.result or {}).get("ttft_ms"))
+    r = single.result
+    ttft_c1 = _typical(r.ttft_ms) if r is not None else None
     obs_ttft = _pct(a, "observations.ttft_ms", "p50")
     if ttft_c1:
         a.put("predicted.prefill_ms", ttft_c1, "computed", "TTFT at concurrency 1")
         if obs_ttft:
             a.put("derived.ttft_over_prefill", obs_ttft / ttft_c1, "derived")
-    itl_c1 = _typical((single.result or {}).get("itl_ms"))
+    itl_c1 = _typical(r.itl_ms) if r is not None else None
     if itl_c1:
         a.put("predicted.itl_ms_c1", itl_c1, "computed", "at concurrency 1")
         slo_itl = _tail(a, "slo.itl_ms") or _tail(a, "slo.tpot_ms")
         if slo_itl:
             a.put("derived.itl_floor_over_slo", itl_c1 / slo_itl, "derived")
 
-    if a.workload.slo is not None:
-        budget = run_budget(a.workload, inp, out)
-        a.calcs["budget"] = budget
-        a.assumptions.extend(_not_computed(budget.notes))
-        if budget.result:
-            max_rate = budget.result.get("max_rate_under_slo")
-            a.put("budget.max_rate_under_slo", max_rate, "computed")
-            if max_rate == 0:
-                _idle_misses(a, inp, out)
-            a.put("budget.binding", budget.result.get("binding"), "computed")
-            a.put("budget.feasible", budget.result.get("feasible"), "computed")
-    _capacity_facts(a)
+
+def _budget_facts(a: Analysis, inp: float, out: float) -> None:
+    budget = run_budget(a.workload, inp, out)
+    a.calcs["budget"] = budget
+    a.assumptions.extend(_not_computed(budget.notes))
+    if budget.result is None:
+        return
+    max_rate = budget.result.max_rate_under_slo
+    a.put("budget.max_rate_under_slo", max_rate, "computed")
+    if max_rate == 0:
+        _idle_misses(a, inp, out)
+    a.put("budget.binding", budget.result.binding, "computed")
+    a.put("budget.feasible", budget.result.feasible, "computed")
 
 
 def _idle_misses(a: Analysis, inp: float, out: float) -> None:
     """When no rate meets the SLO, which targets a lightly loaded replica already misses (the
     budget at a trickle of load): the part of the SLO that more replicas cannot buy."""
     idle = run_budget(a.workload, inp, out, idle=True)
+    checks = idle.result.checks if idle.result is not None else []
     missed = [
-        f"{c['metric'].removesuffix('_ms').upper()} {c['percentile']} "
-        f"{c['predicted_ms']:,.0f} ms > {c['target_ms']:,.0f} ms"
-        for c in (idle.result or {}).get("checks", [])
-        if not c.get("met")
+        f"{c.metric.removesuffix('_ms').upper()} {c.percentile} "
+        f"{c.predicted_ms:,.0f} ms > {c.target_ms:,.0f} ms"
+        for c in checks
+        if not c.met
     ]
     if missed:
         a.put(
@@ -671,8 +698,8 @@ def _capacity_facts(a: Analysis) -> None:
     diagnosis then compares the peak with what the replicas can push through at all, and the
     plan's baseline says that no rate meets the SLO instead of printing 0 as a capacity."""
     replicas = max(1, int(a.value("derived.replicas") or 1))
-    budget = (a.calcs.get("budget") or CalcOutcome("budget")).result or {}
-    sat = budget.get("saturation_request_rate")
+    budget = a.calcs.get("budget")
+    sat = budget.result.saturation_request_rate if budget and budget.result else None
     sat_src = "`inferwise budget` saturation_request_rate"
     if not sat:
         sat = a.value("predicted.max_requests_per_s")

@@ -4,9 +4,31 @@ calculators before anything is rented or measured. Every figure is computed, nev
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
+from inferwise.calculators.budget import NO_LOAD_MEETS
 from inferwise.knowledge.evidence import Analysis, _typical
 from inferwise.knowledge.plan_parts import Candidate, peak_rate
+
+if TYPE_CHECKING:
+    from inferwise.calculators.fit import FitResult
+
+
+def _fit_into(c: Candidate, fit: FitResult, default_context: bool) -> None:
+    """The memory fit's answer for one candidate (GPU x TP)."""
+    ans = fit.answer
+    c.fits = fit.fits
+    if not c.fits and ans is not None and ans.fits and default_context:
+        # only the model's default context fails to start; the load fits
+        c.fits = True
+        longest = ans.max_context_at_concurrency
+        c.notes.append(
+            "set --max-model-len"
+            + (f" <= {int(longest):,}" if longest else "")
+            + f" (the default {fit.max_model_len:,} does not fit)"
+        )
+    c.max_concurrency = ans.max_concurrency_at_context if ans is not None else fit.max_concurrency
+    c.kv_cache_tokens = fit.kv_cache_tokens
 
 
 def size_candidates(a: Analysis) -> list[Candidate]:
@@ -46,50 +68,28 @@ def size_candidates(a: Analysis) -> list[Candidate]:
             c = Candidate(gpu=g.id, tensor_parallel_size=tp)
             fit = run_fit(wl, context, int(conc) if conc else None, **over)
             c.notes += fit.notes
-            if fit.result:
-                ans = fit.result.get("answer") or {}
-                c.fits = bool(fit.result.get("fits"))
-                if not c.fits and ans.get("fits") and wl.deployment.max_model_len is None:
-                    # only the model's default context fails to start; the load fits
-                    c.fits = True
-                    longest = ans.get("max_context_at_concurrency")
-                    c.notes.append(
-                        "set --max-model-len"
-                        + (f" <= {int(longest):,}" if longest else "")
-                        + f" (the default {int(fit.result.get('max_model_len') or 0):,} does not fit)"
-                    )
-                c.max_concurrency = ans.get(
-                    "max_concurrency_at_context", fit.result.get("max_concurrency")
-                )
-                c.kv_cache_tokens = fit.result.get("kv_cache_tokens")
+            if fit.result is not None:
+                _fit_into(c, fit.result, wl.deployment.max_model_len is None)
             if c.fits is False:
                 cands.append(c)
                 continue
             if inp and out:
                 pred = run_predict(wl, inp, out, concurrency=1, **over)
-                if pred.result:
-                    c.predicted_ttft_ms = _typical(pred.result.get("ttft_ms"))
-                    c.predicted_itl_ms = _typical(pred.result.get("itl_ms"))
-                    sat = (pred.result.get("saturation") or {}).get("max_requests_per_s")
+                if pred.result is not None:
+                    c.predicted_ttft_ms = _typical(pred.result.ttft_ms)
+                    c.predicted_itl_ms = _typical(pred.result.itl_ms)
+                    sat = pred.result.saturation.max_requests_per_s
                     c.saturation_requests_per_s = float(sat) if sat else None
                 else:
                     c.notes += pred.notes
                 if wl.slo is not None:
                     bud = run_budget(wl, inp, out, **over)
-                    if bud.result:
-                        c.max_rate_under_slo = bud.result.get("max_rate_under_slo")
+                    if bud.result is not None:
+                        c.max_rate_under_slo = bud.result.max_rate_under_slo
                         # the budget puts the whole peak on one replica; missing the SLO there
                         # is what replicas_needed answers. Only "no rate at all" is news.
                         if c.max_rate_under_slo == 0:
-                            why = next(
-                                (
-                                    w.split(": ", 1)[-1]
-                                    for w in bud.result.get("warnings") or []
-                                    if "no load meets" in w
-                                ),
-                                "even a lightly loaded replica misses a target",
-                            )
-                            c.notes.append(f"no rate meets the SLO on one replica: {why}")
+                            c.notes.append(f"no rate meets the SLO on one replica: {NO_LOAD_MEETS}")
                     else:
                         c.notes += bud.notes
             # no rate meets the SLO on one replica: more replicas cannot fix a per-request

@@ -45,8 +45,8 @@ def _applicable(a: Analysis, pb: Any) -> bool:
         return bool(a.value("traffic.batch_share")) or a.value("traffic.mode") == "mixed"
     if pb.id == "expert_parallelism":
         fit = a.calcs.get("fit")
-        params = (fit.result or {}).get("parameters", {}) if fit else {}
-        return bool(params) and params.get("active_per_token", 0) < params.get("total", 0)
+        params = fit.result.parameters if fit and fit.result else None
+        return params is not None and params.active_per_token < params.total
     return True
 
 

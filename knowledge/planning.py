@@ -361,7 +361,7 @@ def _plan(req: PlanRequest) -> PlanResult:
         assumptions.append(
             "No bottleneck hypothesis has evidence yet; the plan establishes the measurements that will produce one."
         )
-    notes = [n for n in a.notes if not (cands and n.startswith("The calculators were not run"))]
+    notes = [n for n in a.notes if not (cands and n == a.calculators_skipped)]
     notes = list(dict.fromkeys(notes + [n for c in cands for n in c.notes]))
 
     return PlanResult(

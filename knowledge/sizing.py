@@ -14,28 +14,44 @@ from registry input models and must stay light.
 
 from __future__ import annotations
 
-import copy
-import json
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from inferwise.knowledge.workload import Workload
 
+if TYPE_CHECKING:
+    from inferwise.calculators.budget import BudgetResult
+    from inferwise.calculators.fit import FitResult
+    from inferwise.calculators.predict import PredictResult
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class CalcFailure:
+    """Why a calculator could not answer: the input it refused (``model``, ``gpu``, ...;
+    None for a failure of the job itself) and its message."""
+
+    field: str | None
+    message: str
+
 
 @dataclass
-class CalcOutcome:
-    """What one calculator said (as a JSON dict), or why it could not say anything."""
+class CalcOutcome(Generic[R]):
+    """What one calculator said (its typed result), or why it could not say anything."""
 
     name: str
-    result: dict[str, Any] | None = None
+    result: R | None = None
     notes: list[str] = field(default_factory=list)
     request: dict[str, Any] = field(default_factory=dict)
+    failure: CalcFailure | None = None
 
 
-_MEMO: ContextVar[dict[tuple[str, str], CalcOutcome] | None] = ContextVar(
+_MEMO: ContextVar[dict[tuple[str, str], CalcOutcome[Any]] | None] = ContextVar(
     "inferwise_calc_memo", default=None
 )
 
@@ -47,7 +63,8 @@ def calculation_scope() -> Iterator[None]:
     The analysis of the stated deployment and the greenfield candidates often ask the same
     question (same model, GPU, TP, lengths); the calculators are deterministic, so the second
     answer is the first one. The memory lives only for the call: a model given as a path to a
-    config.json may change between calls."""
+    config.json may change between calls. Results are shared, not copied: nothing downstream
+    changes a calculator's result."""
     token = _MEMO.set({})
     try:
         yield
@@ -116,53 +133,49 @@ def deployment_kwargs(workload: Workload, **override: Any) -> dict[str, Any]:
 
 
 def _call(
-    name: str, module: str, request_cls: str, func: str, kwargs: dict[str, Any]
-) -> CalcOutcome:
+    name: str, request_cls: Any, fn: Callable[[Any], R], kwargs: dict[str, Any]
+) -> CalcOutcome[R]:
     """Build the request from the fields the calculator knows, call it, and catch what it
     reports as unanswerable. Fields the calculator does not take are dropped silently only
     because they are optional refinements (e.g. engine_version)."""
-    import importlib
+    import json
 
-    outcome = CalcOutcome(name=name)
-    try:
-        mod = importlib.import_module(module)
-        cls = getattr(mod, request_cls)
-        fn = getattr(mod, func)
-    except (ImportError, AttributeError):
-        outcome.notes.append(
-            f"`inferwise {name}` is not available in this build; its numbers are missing."
-        )
-        return outcome
-    fields = getattr(cls, "model_fields", {})
-    args = {k: v for k, v in kwargs.items() if k in fields}
-    outcome.request = args
+    args = {k: v for k, v in kwargs.items() if k in request_cls.model_fields}
     memo = _MEMO.get()
     key = (name, json.dumps(args, sort_keys=True, default=str))
     if memo is not None and key in memo:
-        return copy.deepcopy(memo[key])
-    _compute(outcome, cls, fn, args, name)
+        done = memo[key]
+        return dataclasses.replace(done, notes=list(done.notes), request=dict(done.request))
+    outcome: CalcOutcome[R] = CalcOutcome(name=name, request=args)
+    _compute(outcome, request_cls, fn, args)
     if memo is not None:
-        memo[key] = copy.deepcopy(outcome)
+        memo[key] = dataclasses.replace(outcome, notes=list(outcome.notes))
     return outcome
 
 
-def _compute(outcome: CalcOutcome, cls: Any, fn: Any, args: dict[str, Any], name: str) -> None:
+def _compute(
+    outcome: CalcOutcome[Any], cls: Any, fn: Callable[[Any], Any], args: dict[str, Any]
+) -> None:
     """Validate, call, and record the answer or why there is none (into ``outcome``)."""
     from pydantic import ValidationError
 
-    from inferwise.calculators.errors import InferwiseError
+    from inferwise.calculators.errors import InferwiseError, InputError
 
+    name = outcome.name
     try:
-        req = cls.model_validate(args)
-        res = fn(req)
-        outcome.result = res.model_dump(mode="json") if hasattr(res, "model_dump") else dict(res)
+        outcome.result = fn(cls.model_validate(args))
     except InferwiseError as exc:
+        field_name = exc.field if isinstance(exc, InputError) else None
+        outcome.failure = CalcFailure(field_name, str(exc))
         outcome.notes.append(f"`inferwise {name}` could not answer: {exc}")
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
+        loc = first.get("loc", ())
+        where = ".".join(str(p) for p in loc)
+        outcome.failure = CalcFailure(str(loc[0]) if loc else None, str(first.get("msg")))
         outcome.notes.append(f"`inferwise {name}` could not answer: {where}: {first.get('msg')}")
     except Exception as exc:  # noqa: BLE001 - a calculator bug must not sink the whole plan
+        outcome.failure = CalcFailure(None, f"{type(exc).__name__}: {exc}")
         outcome.notes.append(
             f"`inferwise {name}` failed unexpectedly ({type(exc).__name__}: {exc}); its numbers are missing."
         )
@@ -177,13 +190,15 @@ def can_size(workload: Workload) -> str | None:
 
 def run_fit(
     workload: Workload, context_tokens: int | None, concurrency: int | None, **override: Any
-) -> CalcOutcome:
+) -> CalcOutcome[FitResult]:
     kwargs = deployment_kwargs(workload, **override)
     if context_tokens:
         kwargs["context_tokens"] = int(context_tokens)
     if concurrency:
         kwargs["concurrency"] = max(1, int(concurrency))
-    return _call("fit", "inferwise.calculators.fit", "FitRequest", "estimate_fit", kwargs)
+    from inferwise.calculators.fit import FitRequest, estimate_fit
+
+    return _call("fit", FitRequest, estimate_fit, kwargs)
 
 
 def run_predict(
@@ -193,7 +208,7 @@ def run_predict(
     concurrency: float | None = None,
     request_rate: float | None = None,
     **override: Any,
-) -> CalcOutcome:
+) -> CalcOutcome[PredictResult]:
     kwargs = deployment_kwargs(workload, **override)
     kwargs["input_tokens"] = max(1, int(round(input_tokens)))
     kwargs["output_tokens"] = max(1, int(round(output_tokens)))
@@ -201,9 +216,9 @@ def run_predict(
         kwargs["concurrency"] = max(1, int(round(concurrency)))
     elif request_rate is not None:
         kwargs["request_rate"] = request_rate
-    return _call(
-        "predict", "inferwise.calculators.predict", "PredictRequest", "predict_performance", kwargs
-    )
+    from inferwise.calculators.predict import PredictRequest, predict_performance
+
+    return _call("predict", PredictRequest, predict_performance, kwargs)
 
 
 def run_budget(
@@ -212,7 +227,7 @@ def run_budget(
     output_tokens: float,
     idle: bool = False,
     **override: Any,
-) -> CalcOutcome:
+) -> CalcOutcome[BudgetResult]:
     """The latency budget for the workload's SLOs at its mean rate and peak factor; with
     ``idle``, at a trickle of load instead (which targets a lightly loaded replica misses)."""
     kwargs = deployment_kwargs(workload, **override)
@@ -246,6 +261,6 @@ def run_budget(
                 }
                 if values:
                     kwargs[f"slo_{metric}"] = values
-    return _call(
-        "budget", "inferwise.calculators.budget", "BudgetRequest", "decompose_budget", kwargs
-    )
+    from inferwise.calculators.budget import BudgetRequest, decompose_budget
+
+    return _call("budget", BudgetRequest, decompose_budget, kwargs)
