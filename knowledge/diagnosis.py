@@ -176,7 +176,7 @@ def proof_steps(a: Analysis, hyp: str, url: str | None = None) -> list[str]:
     """The guide's checks for ``hyp`` with this workload's deployment (and the run's endpoint)
     filled into their commands."""
     if url is None and a.run:
-        url = ((a.run.get("config") or {}).get("url")) or None
+        url = a.run.config.get("url") or None
     return [concretize(step, a, url) for step in _guide(hyp).get("how_to_prove", [])]
 
 
@@ -327,7 +327,7 @@ def diagnose(req: DiagnoseRequest) -> DiagnoseResult:
         )
     return DiagnoseResult(
         workload_name=wl.name,
-        run_id=a.run["run_id"] if a.run else None,
+        run_id=a.run.run_id if a.run else None,
         summary=verdict(a, hypotheses),
         symptoms=[
             SymptomSeen(id=s.id, title=_symptom_title(s.id), source=s.source, basis=s.basis)  # type: ignore[arg-type]
@@ -371,7 +371,7 @@ def verdict(a: Analysis, hypotheses: list[Hypothesis]) -> str:
 
 def _sweep_up(a: Analysis) -> str:
     """A concurrency sweep from the run's own load upwards, against the run's own endpoint."""
-    cfg = (a.run or {}).get("config") or {}
+    cfg = a.run.config if a.run else {}
     c = int(a.value("run.metric.client_concurrency") or 1)
     parts = ["inferwise probe", str(cfg.get("url") or "http://HOST:PORT")]
     if cfg.get("model"):

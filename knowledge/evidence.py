@@ -37,6 +37,7 @@ from inferwise.knowledge.workload import Slo, Workload
 
 if TYPE_CHECKING:
     from inferwise.calculators.fit import FitResult
+    from inferwise.probes.summary import ProbeSummary
 
 LATENCY_METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 PCTS = ("p50", "p90", "p95", "p99")
@@ -70,7 +71,7 @@ class Analysis:
     calculators_skipped: str | None = None
     """The note saying why the calculators were not run on the stated deployment."""
     calcs: dict[str, CalcOutcome[Any]] = field(default_factory=dict)
-    run: dict[str, Any] | None = None
+    run: LoadedRun | None = None
     gpu: Any | None = None
 
     def put(self, name: str, value: Any, source: str, note: str = "") -> None:
@@ -111,11 +112,26 @@ _TIMEOUT_CLASSES = ("read_timeout", "total_timeout", "connect_timeout", "stalled
 _SERVER_CLASSES = ("http_5xx", "stream_cut", "server_error_event", "malformed_sse")
 
 
-def load_run(run_id: str, db: str | None) -> dict[str, Any]:
-    """A stored run reduced to what the reasoning uses: summary, config, labels and the
-    engine metrics normalised per scrape (probes/prom.py concept names)."""
+@dataclass(frozen=True)
+class LoadedRun:
+    """A stored run reduced to what the reasoning uses: its summary, the probe's settings
+    (config), labels, meta and the engine metrics normalised per scrape (probes/prom.py
+    concept names, as (t_s, value) series)."""
+
+    run_id: str
+    status: str
+    summary: ProbeSummary
+    config: dict[str, Any]
+    labels: dict[str, str]
+    meta: dict[str, Any]
+    series: dict[str, list[tuple[float, float]]]
+
+
+def load_run(run_id: str, db: str | None) -> LoadedRun:
+    """The stored run `run_id` (or its prefix) as a :class:`LoadedRun`."""
     from inferwise.probes.prom import Sample, normalize
     from inferwise.probes.store import RunStore
+    from inferwise.probes.summary import ProbeSummary
 
     store = RunStore(db, create=False) if db else RunStore(create=False)
     with store:
@@ -132,18 +148,18 @@ def load_run(run_id: str, db: str | None) -> dict[str, Any]:
     for t in sorted(by_time):
         for concept, value in normalize(by_time[t]).items():
             series.setdefault(concept, []).append((t, value))
-    return {
-        "run_id": run.run_id,
-        "status": run.status,
-        "summary": run.summary or {},
-        "config": run.config,
-        "labels": run.labels,
-        "meta": run.meta,
-        "series": series,
-    }
+    return LoadedRun(
+        run_id=run.run_id,
+        status=run.status,
+        summary=run.summary or ProbeSummary(),
+        config=run.config,
+        labels=run.labels,
+        meta=run.meta,
+        series=series,
+    )
 
 
-def _with_run_slo(workload: Workload, run: dict[str, Any]) -> Workload:
+def _with_run_slo(workload: Workload, run: LoadedRun) -> Workload:
     """The probe's --slo limits stand in for latency targets the workload does not state.
 
     A probe SLO is a per-request limit; it is read as the p95 target, as the probe's goodput
@@ -151,7 +167,7 @@ def _with_run_slo(workload: Workload, run: dict[str, Any]) -> Workload:
     generic thresholds and planned with "no targets stated"."""
     limits = {
         m: float(v)
-        for m, v in ((run.get("config") or {}).get("slo") or {}).items()
+        for m, v in (run.config.get("slo") or {}).items()
         if m in LATENCY_METRICS and isinstance(v, (int, float))
     }
     slo = workload.slo.model_dump(exclude_none=True) if workload.slo else {}
@@ -161,16 +177,16 @@ def _with_run_slo(workload: Workload, run: dict[str, Any]) -> Workload:
     return workload.model_copy(update={"slo": Slo.model_validate({**slo, **added})})
 
 
-def _run_facts(a: Analysis, run: dict[str, Any]) -> None:
+def _run_facts(a: Analysis, run: LoadedRun) -> None:
     """Fill observations.* the workload lacks from the run, and add run.* facts."""
-    s = run.get("summary") or {}
+    s = run.summary
     src = "measured"
-    note = f"probe run {run['run_id']}"
-    run_model = (run.get("labels") or {}).get("model")
+    note = f"probe run {run.run_id}"
+    run_model = run.labels.get("model")
     deployment = a.workload.deployment
     if run_model and deployment is not None and deployment.model and run_model != deployment.model:
         a.notes.append(
-            f"Probe run {run['run_id']} measured model {run_model!r}, the workload deploys "
+            f"Probe run {run.run_id} measured model {run_model!r}, the workload deploys "
             f"{deployment.model!r}: its measurements fill what the workload does not state, "
             "so check that they describe the same deployment."
         )
@@ -178,22 +194,22 @@ def _run_facts(a: Analysis, run: dict[str, Any]) -> None:
     for metric in LATENCY_METRICS:
         if obs is not None and getattr(obs, metric) is not None:
             continue
-        dist = s.get(metric) or {}
+        dist = getattr(s, metric)
         for k in (*PCTS, "mean", "max"):
-            if dist.get(k) is not None:
-                a.put(f"observations.{metric}.{k}", float(dist[k]), src, note)
+            if getattr(dist, k) is not None:
+                a.put(f"observations.{metric}.{k}", float(getattr(dist, k)), src, note)
 
     def fill(name: str, value: Any) -> None:
         if value is not None and f"observations.{name}" not in a.facts:
             a.put(f"observations.{name}", value, src, note)
 
-    fill("requests_per_s", s.get("request_throughput"))
-    fill("output_tokens_per_s", s.get("output_token_throughput"))
-    completed, failed = s.get("completed") or 0, s.get("failed") or 0
+    fill("requests_per_s", s.request_throughput)
+    fill("output_tokens_per_s", s.output_token_throughput)
+    completed, failed = s.completed, s.failed
     if completed + failed:
         fill("error_rate", failed / (completed + failed))
 
-    errors: dict[str, int] = s.get("errors") or {}
+    errors = s.errors
     for cls, n in errors.items():
         a.put(f"run.errors.{cls}", int(n), src, note)
     a.put(
@@ -206,18 +222,16 @@ def _run_facts(a: Analysis, run: dict[str, Any]) -> None:
         "run.errors.server", sum(int(errors.get(c, 0)) for c in _SERVER_CLASSES) or None, src, note
     )
 
-    cold = s.get("cold") or {}
-    warm_p50 = (s.get("ttft_ms") or {}).get("p50")
-    if cold.get("ttft_ms") and warm_p50:
-        a.put("run.cold_over_warm_ttft", cold["ttft_ms"] / warm_p50, src, note)
-    health = s.get("client_health") or {}
-    if health.get("saturated"):
+    warm_p50 = s.ttft_ms.p50
+    if s.cold is not None and s.cold.ttft_ms and warm_p50:
+        a.put("run.cold_over_warm_ttft", s.cold.ttft_ms / warm_p50, src, note)
+    if s.client_health.saturated:
         a.put("run.client_saturated", True, src, note)
         a.assumptions.append(
-            f"The probe client was saturated during run {run['run_id']}; its latencies are upper bounds."
+            f"The probe client was saturated during run {run.run_id}; its latencies are upper bounds."
         )
 
-    series: dict[str, list[tuple[float, float]]] = run.get("series") or {}
+    series = run.series
 
     def values(concept: str) -> list[float]:
         return [v for _, v in series.get(concept, [])]
@@ -262,7 +276,7 @@ def _run_facts(a: Analysis, run: dict[str, Any]) -> None:
         fill("prefix_cache_hit_rate", sum(hr) / len(hr))
     _slot_facts(a, run, series, note)
 
-    cfg = run.get("config") or {}
+    cfg = run.config
     if a.value("traffic.input_tokens.p50") is None and cfg.get("input_tokens"):
         a.put(
             "derived.input_tokens_p50", float(cfg["input_tokens"]), src, note + " (probe setting)"
@@ -282,7 +296,7 @@ def _median(xs: list[float]) -> float:
     return ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
 
 
-def _slot_limit(a: Analysis, run: dict[str, Any]) -> tuple[float | None, str]:
+def _slot_limit(a: Analysis, run: LoadedRun) -> tuple[float | None, str]:
     """The engine's own limit on running requests, where something states it: the workload's
     deployment.max_num_seqs, the slot count the server reported to the probe (llama.cpp's
     /props total_slots, stored in the run's meta), or a run label (``--label slots=4``,
@@ -290,13 +304,13 @@ def _slot_limit(a: Analysis, run: dict[str, Any]) -> tuple[float | None, str]:
     cap = a.value("deployment.max_num_seqs")
     if isinstance(cap, (int, float)) and cap > 0:
         return float(cap), "deployment.max_num_seqs"
-    server = (run.get("meta") or {}).get("server") or {}
+    server = run.meta.get("server") or {}
     stated = server.get("max_num_seqs")
     if isinstance(stated, (int, float)) and stated > 0:
         return float(
             stated
         ), f"the server's own report ({server.get('engine', 'engine')} slots: {int(stated)})"
-    labels = run.get("labels") or {}
+    labels = run.labels
     for key in _SLOT_LABELS:
         try:
             value = float(labels.get(key, ""))
@@ -308,7 +322,7 @@ def _slot_limit(a: Analysis, run: dict[str, Any]) -> tuple[float | None, str]:
 
 
 def _slot_facts(
-    a: Analysis, run: dict[str, Any], series: dict[str, list[tuple[float, float]]], note: str
+    a: Analysis, run: LoadedRun, series: dict[str, list[tuple[float, float]]], note: str
 ) -> None:
     """Whether the engine's running slots were full while requests waited.
 
@@ -320,7 +334,7 @@ def _slot_facts(
     waiting = dict(series.get("requests_waiting", []))
     if not running:
         return
-    cfg = run.get("config") or {}
+    cfg = run.config
     client = cfg.get("concurrency") if not cfg.get("request_rate") else None
     run_max = max(v for _, v in running)
     if client:

@@ -127,9 +127,9 @@ def probe_command(a: Analysis, url: str, label: str, rate: float | None = None) 
     parts = ["inferwise probe", url]
     if wl.deployment and wl.deployment.model:
         parts.append(f"--model {wl.deployment.model}")
-    elif a.run and ((a.run.get("config") or {}).get("model")):
-        parts.append(f"--model {a.run['config']['model']}")
-    cfg = ((a.run or {}).get("config") or {}) if a.run else {}
+    elif a.run and a.run.config.get("model"):
+        parts.append(f"--model {a.run.config['model']}")
+    cfg = a.run.config if a.run else {}
     rate = rate if rate is not None else a.value("traffic.arrival_rate_rps")
     if rate is None and cfg.get("request_rate"):
         rate = float(cfg["request_rate"])  # reproduce the stored run's load shape

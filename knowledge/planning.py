@@ -330,7 +330,7 @@ def _plan(req: PlanRequest) -> PlanResult:
         hyps = [leading, *[h for h in hyps if h.id != leading.id]]
 
     cands = size_candidates(a) if greenfield else []
-    run_url = ((a.run or {}).get("config") or {}).get("url") if a.run else None
+    run_url = a.run.config.get("url") if a.run else None
     url = req.url or run_url or URL_PLACEHOLDER
     stages = build_stages(a, hyps, leading, url, greenfield, cands, req.max_stages)
     targets, baseline = _targets_and_baseline(a)

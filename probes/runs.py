@@ -13,7 +13,6 @@ registry imports these models when the MCP server lists its tools.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Any, Literal
 
@@ -116,13 +115,26 @@ def describe_load(config: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _get(summary: dict[str, Any] | None, *path: str) -> Any:
-    cur: Any = summary
-    for p in path:
-        if not isinstance(cur, dict):
-            return None
-        cur = cur.get(p)
-    return cur
+def _run_row(r: Any) -> RunRow:
+    """One line of `runs list`: the stored run's headline numbers (none without a summary)."""
+    s = r.summary
+    return RunRow(
+        run_id=r.run_id,
+        created_at=r.created_at,
+        status=r.status,
+        stale=r.stale,
+        labels=r.labels,
+        load=describe_load(r.config),
+        requests=r.request_count,
+        completed=s.completed if s else None,
+        failed=s.failed if s else None,
+        ttft_p50_ms=s.ttft_ms.p50 if s else None,
+        ttft_p95_ms=s.ttft_ms.p95 if s else None,
+        itl_p50_ms=s.itl_ms.p50 if s else None,
+        itl_p95_ms=s.itl_ms.p95 if s else None,
+        output_token_throughput=s.output_token_throughput if s else None,
+        request_throughput=s.request_throughput if s else None,
+    )
 
 
 def list_runs(req: ListRunsRequest) -> ListRunsResult:
@@ -136,29 +148,8 @@ def list_runs(req: ListRunsRequest) -> ListRunsResult:
                 # killed or still running: no summary was written, so compute one from what is stored
                 from inferwise.probes.summary import summarize
 
-                r.summary = summarize(
-                    store.requests(r.run_id), slo=r.config.get("slo") or None
-                ).model_dump(mode="json")
-        rows = [
-            RunRow(
-                run_id=r.run_id,
-                created_at=r.created_at,
-                status=r.status,
-                stale=r.stale,
-                labels=r.labels,
-                load=describe_load(r.config),
-                requests=r.request_count,
-                completed=_get(r.summary, "completed"),
-                failed=_get(r.summary, "failed"),
-                ttft_p50_ms=_get(r.summary, "ttft_ms", "p50"),
-                ttft_p95_ms=_get(r.summary, "ttft_ms", "p95"),
-                itl_p50_ms=_get(r.summary, "itl_ms", "p50"),
-                itl_p95_ms=_get(r.summary, "itl_ms", "p95"),
-                output_token_throughput=_get(r.summary, "output_token_throughput"),
-                request_throughput=_get(r.summary, "request_throughput"),
-            )
-            for r in runs
-        ]
+                r.summary = summarize(store.requests(r.run_id), slo=r.config.get("slo") or None)
+        rows = [_run_row(r) for r in runs]
         return ListRunsResult(db_path=str(store.path), runs=rows, filtered_by=req.label)
 
 
@@ -294,16 +285,14 @@ def _error_counts(records: list[Any]) -> list[ErrorCount]:
 
 
 def _recompute(
-    records: list[Any], stored: dict[str, Any] | None, slo: dict[str, float] | None
+    records: list[Any], stored: ProbeSummary | None, slo: dict[str, float] | None
 ) -> ProbeSummary:
-    from inferwise.probes.summary import ClientHealth, summarize
+    from inferwise.probes.summary import summarize
 
     summary = summarize(records, slo=slo or None)
     # loop-lag samples are not stored per request; keep the client-health verdict the run wrote
-    health = _get(stored, "client_health")
-    if isinstance(health, dict):
-        with contextlib.suppress(ValueError):
-            summary.client_health = ClientHealth.model_validate(health)
+    if stored is not None:
+        summary.client_health = stored.client_health
     return summary
 
 

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from inferwise.calculators.errors import InputError, OperationalError
 from inferwise.probes.records import RequestRecord
+from inferwise.probes.summary import ProbeSummary
 
 RunStatus = Literal["running", "complete", "interrupted", "failed"]
 SCHEMA_VERSION = 1
@@ -98,7 +99,11 @@ class StoredRun(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)
     meta: dict[str, Any] = Field(default_factory=dict)
-    summary: dict[str, Any] | None = None
+    summary: ProbeSummary | None = Field(
+        default=None,
+        description="The summary the run was closed with; None while running, or when it was "
+        "written by an older release in another shape (callers then recompute it from the rows).",
+    )
     request_count: int = 0
     pid: int | None = None
     host: str | None = None
@@ -112,6 +117,18 @@ def _dumps(value: Any) -> str:
     if isinstance(value, BaseModel):
         return value.model_dump_json()
     return json.dumps(value, default=str, sort_keys=True)
+
+
+def _stored_summary(text: Any) -> ProbeSummary | None:
+    from pydantic import ValidationError
+
+    data = _loads(text, None)
+    if not isinstance(data, dict):
+        return None
+    try:
+        return ProbeSummary.model_validate(data)
+    except ValidationError:
+        return None
 
 
 def _loads(text: Any, default: Any) -> Any:
@@ -399,7 +416,7 @@ class RunStore:
             labels={str(k): str(v) for k, v in (_loads(row.get("labels"), {}) or {}).items()},
             config=_loads(row.get("config"), {}) or {},
             meta=_loads(row.get("meta"), {}) or {},
-            summary=_loads(row.get("summary"), None),
+            summary=_stored_summary(row.get("summary")),
             request_count=count,
             pid=row.get("pid"),
             host=row.get("host"),

@@ -159,17 +159,19 @@ def test_a_plan_from_a_healthy_run_reproduces_and_then_raises_its_load(tmp_path)
 
 def test_slot_count_reported_by_the_server_counts_as_the_limit() -> None:
     """llama.cpp reports its slots (/props total_slots); the probe stores them in the run's meta."""
-    from inferwise.knowledge.evidence import _slot_limit
+    from inferwise.knowledge.evidence import LoadedRun, _slot_limit
+    from inferwise.probes.summary import ProbeSummary
 
     class _A:
         def value(self, path):
             return None
 
-    cap, basis = _slot_limit(
-        _A(), {"meta": {"server": {"engine": "llama.cpp", "max_num_seqs": 4}}, "labels": {}}
-    )
+    def run(meta: dict, labels: dict) -> LoadedRun:
+        return LoadedRun("r", "complete", ProbeSummary(), {}, labels, meta, {})
+
+    cap, basis = _slot_limit(_A(), run({"server": {"engine": "llama.cpp", "max_num_seqs": 4}}, {}))
     assert cap == 4 and "llama.cpp" in basis
-    cap, _ = _slot_limit(_A(), {"meta": {}, "labels": {"slots": "8"}})
+    cap, _ = _slot_limit(_A(), run({}, {"slots": "8"}))
     assert cap == 8
 
 

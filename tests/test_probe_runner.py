@@ -90,7 +90,7 @@ def test_closed_loop_run_is_stored_request_by_request(server, tmp_path) -> None:
     assert all(
         r.prompt_text is None and r.output_text is None for r in rows
     )  # not stored unless asked
-    assert run.summary["completed"] == 12
+    assert run.summary.completed == 12
 
 
 def test_store_text_and_completions_endpoint(server, tmp_path) -> None:
@@ -457,9 +457,7 @@ def test_a_starved_client_is_flagged_saturated(server, tmp_path, monkeypatch) ->
     )
     assert res.client_health.saturated and res.summary.client_health.saturated
     assert any("raise --workers" in n for n in res.notes)
-    assert (
-        RunStore(str(tmp_path / "r.db")).get_run(res.run_id).summary["client_health"]["saturated"]
-    )
+    assert RunStore(str(tmp_path / "r.db")).get_run(res.run_id).summary.client_health.saturated
 
 
 def test_without_streaming_ttft_equals_e2e_and_says_so(server, tmp_path) -> None:

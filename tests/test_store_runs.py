@@ -72,7 +72,7 @@ def test_round_trip_of_runs_requests_and_metrics(tmp_path):
         assert run.status == "complete" and not run.stale
         assert run.labels == {"engine": "vllm", "gpu": "h100"}
         assert run.config == {"concurrency": 4} and run.meta == {"tool": "x"}
-        assert run.summary == {"completed": 1} and run.request_count == 3 and run.finished_at
+        assert run.summary.completed == 1 and run.request_count == 3 and run.finished_at
         assert store.requests(run_id) == records  # every field, lists and dicts included
         points = store.metric_samples(run_id)
         assert [(p.t_s, p.name, p.labels, p.value) for p in points] == [
