@@ -22,14 +22,13 @@ SGLang, ``python/sglang/srt/model_executor/model_runner.py``
 mem_fraction_static)``; ``max_total_num_tokens = rest // cell_size`` with one
 token per page.
 
-Public API: :func:`vllm_rules`, :func:`sglang_rules`, :class:`KVLayout`,
+Public API: :func:`vllm_rules`, :func:`sglang_max_total_tokens`, :class:`KVLayout`,
 :func:`kv_capacity`, :func:`activation_peak_bytes`, and the estimators for
 non-torch and CUDA-graph memory. Stdlib only.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -695,7 +694,3 @@ def sglang_max_total_tokens(
     if rest <= 0 or cell_size <= 0:
         return 0, rest
     return int(rest // cell_size), rest
-
-
-def round_gib(x: float, digits: int = 2) -> float:
-    return math.floor(x / GiB * 10**digits + 0.5) / 10**digits

@@ -25,7 +25,7 @@ Stable API for the simulator and the simulated engine (``inferwise sim``):
 * :attr:`StepModel.kv_capacity_tokens`, :attr:`StepModel.max_num_seqs`,
   :attr:`StepModel.max_num_batched_tokens`
 
-Stdlib only at module level; ``step_ms_array`` imports numpy when called.
+Stdlib only at module level; ``decode_step_ms_array`` imports numpy when called.
 """
 
 from __future__ import annotations
@@ -553,12 +553,12 @@ def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[
             + (f" ({verdict})" if verdict else "")
             + "; run `inferwise fit` with the same flags for options that make it fit",
         )
-    seqs, batched = engine_limits(dep, fit, gpu)
     return {
         "kv_cache_tokens": int(fit.kv_cache_tokens),
         "kv_bytes_per_token": float(kv.total),
-        "max_num_seqs": seqs,
-        "max_num_batched_tokens": batched,
+        # the fit resolved them as the engine does: explicit flags, else the release's defaults
+        "max_num_seqs": int(fit.max_num_seqs),
+        "max_num_batched_tokens": int(fit.max_num_batched_tokens),
         "max_model_len": int(fit.max_model_len) if fit.max_model_len else None,
         "notes": list(kv.notes),
     }
@@ -571,28 +571,6 @@ def _fit_without_suggestions(req: Any) -> Any:
     return estimate_fit(req, with_suggestions=False)
 
 
-def engine_limits(dep: Deployment, fit: Any = None, gpu: Any = None) -> tuple[int, int]:
-    """``max_num_seqs`` and ``max_num_batched_tokens`` as the engine resolves them.
-
-    Explicit flags win, then the fit result's resolved values when it has
-    them, then vLLM's OpenAI-server defaults (``EngineArgs.get_batch_defaults``):
-    1024 sequences / 8192 tokens on GPUs with >= 70 GiB that are not A100,
-    256 / 2048 otherwise (A100 excluded on purpose, vLLM PR #17885). SGLang:
-    chunked prefill 8192 tokens.
-    """
-    seqs = dep.max_num_seqs or getattr(fit, "max_num_seqs", None)
-    batched = dep.max_num_batched_tokens or getattr(fit, "max_num_batched_tokens", None)
-    memory = float(getattr(gpu, "memory_total_gib", 0.0) or dep.gpu_memory_gib or 0.0)
-    big = memory >= 70 and "a100" not in str(getattr(gpu, "id", dep.gpu or "")).lower()
-    if dep.engine == "sglang":
-        return int(seqs or 1024), int(batched or 8192)
-    return int(seqs or (1024 if big else 256)), int(batched or (8192 if big else 2048))
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 __all__ = [
     "Bound",
     "Efficiency",
@@ -600,6 +578,5 @@ __all__ = [
     "ModelShape",
     "StepModel",
     "StepTimes",
-    "ceil_div",
     "dense_shape",
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from inferwise.calculators.errors import InputError
@@ -245,17 +246,17 @@ def _run_facts(a: Analysis, run: LoadedRun) -> None:
         # A single scrape catches requests between admission and the next engine step: only
         # waiting that persists across the run (median, share of scrapes) is a queue.
         a.put("run.metric.requests_waiting_max", max(waiting), src, note)
-        a.put("run.metric.requests_waiting_median", _median(waiting), src, note)
+        a.put("run.metric.requests_waiting_median", median(waiting), src, note)
         share = sum(1 for w in waiting if w >= 1) / len(waiting)
         a.put("run.metric.requests_waiting_share", share, src, note)
         a.put("run.metric.scrapes", len(waiting), src, note)
         a.put(
             "run.metric.sustained_waiting",
-            len(waiting) >= 2 and (share >= 0.5 or _median(waiting) >= 1),
+            len(waiting) >= 2 and (share >= 0.5 or median(waiting) >= 1),
             "derived",
             note,
         )
-        fill("queue_depth", _median(waiting))
+        fill("queue_depth", median(waiting))
     if running:
         a.put("run.metric.requests_running_max", max(running), src, note)
         fill("concurrency", sum(running) / len(running))
@@ -288,12 +289,6 @@ def _run_facts(a: Analysis, run: LoadedRun) -> None:
 
 
 _SLOT_LABELS = ("max_num_seqs", "max-num-seqs", "n_parallel", "parallel", "slots")
-
-
-def _median(xs: list[float]) -> float:
-    ys = sorted(xs)
-    n = len(ys)
-    return ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
 
 
 def _slot_limit(a: Analysis, run: LoadedRun) -> tuple[float | None, str]:
@@ -346,7 +341,7 @@ def _slot_facts(
     if cap is not None:
         a.put("run.metric.slot_limit", cap, "derived", basis)
         a.put("run.metric.slot_limit_basis", basis, "derived")
-        busy = _median(queued) if queued else run_max
+        busy = median(queued) if queued else run_max
         a.put("run.metric.slots_full", busy >= 0.95 * cap, "derived", note)
         # A closed loop that keeps more requests in flight than the engine has slots makes
         # the difference wait at every moment: queueing by construction, however short the

@@ -100,19 +100,18 @@ def model_source_url(model: str | None) -> str | None:
         return None
 
 
-_DEPLOYMENT_KEYS = (
-    "model",
-    "gpu",
-    "num_gpus",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "quantization",
-    "kv_cache_dtype",
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "gpu_memory_utilization",
-)
+def _deployment_keys() -> tuple[str, ...]:
+    """The workload's deployment fields the calculators take, read off both models (one
+    definition: a field added to either is passed on without a second list to keep).
+    The engine is handled apart: only the engines with memory rules are passed."""
+    from inferwise.calculators.deployment import Deployment
+    from inferwise.knowledge.workload import WorkloadDeployment
+
+    return tuple(
+        k
+        for k in WorkloadDeployment.model_fields
+        if k in Deployment.model_fields and k not in ("engine", "engine_version")
+    )
 
 
 def deployment_kwargs(workload: Workload, **override: Any) -> dict[str, Any]:
@@ -120,7 +119,7 @@ def deployment_kwargs(workload: Workload, **override: Any) -> dict[str, Any]:
     dep = workload.deployment
     out: dict[str, Any] = {}
     if dep is not None:
-        for key in _DEPLOYMENT_KEYS:
+        for key in _deployment_keys():
             value = getattr(dep, key)
             if value is not None:
                 out[key] = value

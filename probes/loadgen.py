@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,19 @@ from inferwise.probes.records import RequestRecord
 Send = Callable[[int, float | None, bool], Awaitable[RequestRecord]]
 """send(index, scheduled_s or None, warmup) -> record (never raises for request trouble)."""
 OnRecord = Callable[[RequestRecord], Awaitable[None]]
+
+
+def load_words(concurrency: int | None, rate: float | None, burstiness: float | None) -> str:
+    """The load shape in words, as every report says it: the probe's result, `runs list`,
+    `runs show` and `runs compare`."""
+    if rate is not None:
+        if math.isinf(rate):
+            return "open loop, all requests at once"
+        shape = "Poisson" if burstiness in (None, 1) else f"gamma (burstiness {burstiness:g})"
+        return f"open loop, {rate:g} req/s, {shape} arrivals"
+    if concurrency is not None:
+        return f"closed loop, concurrency {concurrency}"
+    return "unknown load"
 
 
 def arrival_schedule(

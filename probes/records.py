@@ -121,6 +121,24 @@ class RequestRecord(BaseModel):
         return [(times[i] - times[i - 1]) * 1000.0 for i in range(1, len(times))]
 
 
+class ErrorClassCount(BaseModel):
+    """Failed requests of one error class, as the probe and `runs show` report them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error_class: str
+    count: int
+    examples: list[str] = Field(
+        default_factory=list, description="Up to three distinct messages (secrets removed)."
+    )
+
+
+def error_counts(records: Iterable[RequestRecord]) -> list[ErrorClassCount]:
+    return [
+        ErrorClassCount(error_class=c, count=n, examples=ex) for c, n, ex in error_classes(records)
+    ]
+
+
 def error_classes(records: Iterable[RequestRecord]) -> list[tuple[str, int, list[str]]]:
     """The failed requests among `records` as (error class, count, up to three distinct
     messages), most frequent first: what the probe and `runs show` both report."""

@@ -31,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from inferwise.calculators.bounds import MAX_BURSTINESS, MAX_SEED, MIN_BURSTINESS, check_rate
 from inferwise.calculators.errors import InputError, OperationalError
-from inferwise.probes.records import RequestRecord, error_classes
+from inferwise.probes.loadgen import load_words
+from inferwise.probes.records import ErrorClassCount, RequestRecord, error_counts
 from inferwise.probes.summary import ClientHealth, ProbeSummary, check_slo
 
 Progress = Callable[[float, float | None, str], Awaitable[None]]
@@ -257,16 +258,6 @@ class ProbeRequest(BaseModel):
         return self
 
 
-class ErrorClassCount(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    error_class: str
-    count: int
-    examples: list[str] = Field(
-        default_factory=list, description="Up to three messages (secrets removed)."
-    )
-
-
 class Calibration(BaseModel):
     """How synthetic prompt lengths were matched to the server's tokenizer."""
 
@@ -420,23 +411,6 @@ def display_url(url: str) -> str:
     return urlunsplit((p.scheme, netloc, p.path, "", ""))
 
 
-def _load_words(concurrency: int | None, rate: float | None, burstiness: float) -> str:
-    if rate is not None:
-        shape = "Poisson" if burstiness == 1 else f"gamma (burstiness {burstiness:g})"
-        return (
-            f"open loop, {rate:g} req/s, {shape} arrivals"
-            if math.isfinite(rate)
-            else "open loop, all requests at once"
-        )
-    return f"closed loop, concurrency {concurrency}"
-
-
-def _error_counts(records: list[RequestRecord]) -> list[ErrorClassCount]:
-    return [
-        ErrorClassCount(error_class=c, count=n, examples=ex) for c, n, ex in error_classes(records)
-    ]
-
-
 async def run_probe(
     req: ProbeRequest, progress: Progress | None = None, policy: Any = None
 ) -> ProbeResult:
@@ -536,12 +510,12 @@ async def run_probe(
         url=display_url(req.url),
         model=ctx.model,
         endpoint=req.endpoint,
-        load=_load_words(last.concurrency, last.request_rate, req.burstiness),
+        load=load_words(last.concurrency, last.request_rate, req.burstiness),
         concurrency=last.concurrency,
         request_rate=last.request_rate,
         stream=req.stream,
         summary=last.summary,
-        errors=_error_counts(all_records),
+        errors=error_counts(all_records),
         sweep=sweep if req.sweep else [],
         client_health=last.summary.client_health,
         calibration=calibration,

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from inferwise.calculators.errors import InputError
+from inferwise.probes.records import ErrorClassCount, error_counts
 from inferwise.probes.summary import SLO_KEYS, ProbeSummary, check_slo
 
 
@@ -83,24 +84,15 @@ class ListRunsResult(BaseModel):
 
 def describe_load(config: dict[str, Any]) -> str:
     """The load shape in words, from a stored run config."""
-    rate = config.get("request_rate")
-    conc = config.get("concurrency")
-    parts: list[str] = []
-    if rate is not None:
-        try:
-            r = float(rate)
-        except (TypeError, ValueError):
-            r = math.nan
-        if math.isinf(r):
-            parts.append("all requests at once")
-        else:
-            burst = config.get("burstiness")
-            shape = "Poisson" if burst in (None, 1, 1.0) else f"gamma b={burst:g}"
-            parts.append(f"open loop {r:g} req/s ({shape})")
-    elif conc is not None:
-        parts.append(f"closed loop, concurrency {conc}")
-    else:
-        parts.append("unknown load")
+    from inferwise.probes.loadgen import load_words
+
+    rate, conc, burst = (config.get(k) for k in ("request_rate", "concurrency", "burstiness"))
+    try:
+        rate = None if rate is None else float(rate)
+        burst = None if burst is None else float(burst)
+    except (TypeError, ValueError):
+        rate = math.nan
+    parts = [load_words(conc, rate, burst)]
     if config.get("requests"):
         parts.append(f"{config['requests']} requests")
     if config.get("duration_s"):
@@ -169,14 +161,6 @@ class ShowRunRequest(BaseModel):
     _slo = field_validator("slo")(classmethod(lambda cls, v: check_slo(v)))
 
 
-class ErrorCount(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    error_class: str
-    count: int
-    examples: list[str] = Field(default_factory=list, description="Up to three distinct messages.")
-
-
 class ServerMetricSummary(BaseModel):
     """One engine metric (by common concept) over the run, from the scraped /metrics samples."""
 
@@ -206,7 +190,7 @@ class RunDetail(BaseModel):
     meta: dict[str, Any] = Field(default_factory=dict)
     requests_stored: int
     summary: ProbeSummary = Field(description="Recomputed from the stored requests.")
-    errors: list[ErrorCount] = Field(default_factory=list)
+    errors: list[ErrorClassCount] = Field(default_factory=list)
     server_engine: str | None = Field(
         default=None, description="Engine whose /metrics were scraped (vllm, sglang, llamacpp)."
     )
@@ -276,12 +260,9 @@ def summarize_server_metrics(points: list[Any]) -> tuple[str | None, list[Server
     return engine, out
 
 
-def _error_counts(records: list[Any]) -> list[ErrorCount]:
-    """Errors of the measured requests (warm-up failures are left out)."""
-    from inferwise.probes.records import error_classes
-
-    measured = [r for r in records if not r.warmup]
-    return [ErrorCount(error_class=c, count=n, examples=ex) for c, n, ex in error_classes(measured)]
+def _error_counts(records: list[Any]) -> list[ErrorClassCount]:
+    """The measured requests' failures (warm-up left out, as in the summary)."""
+    return error_counts(r for r in records if not r.warmup)
 
 
 def _recompute(

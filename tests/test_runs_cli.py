@@ -217,7 +217,11 @@ def test_markdown_renders_for_empty_failed_and_stale_runs(tmp_path, capsys):
     ).stdout.strip()
     assert main(["runs", "list", "--db", path]) == 0
     out = capsys.readouterr().out
-    assert "stale (writer gone)" in out and "all requests at once" in out and "gamma b=0.5" in out
+    assert (
+        "stale (writer gone)" in out
+        and "all requests at once" in out
+        and "gamma (burstiness 0.5)" in out
+    )
     for run_id in (failed_id, stale_id):
         assert main(["runs", "show", run_id, "--db", path]) == 0
     out = capsys.readouterr().out
