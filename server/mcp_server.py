@@ -366,12 +366,12 @@ def _lazy_server_class() -> type:
             return tools
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            # Only stdio serves lazily, and over stdio the SDK looks up no input schema
+            # before the call (that lookup validates HTTP Mcp-Param headers, and the HTTP
+            # server builds every tool up front); so building here is enough, with no
+            # reach into the SDK's private methods.
             self._build(name)
             return await super().call_tool(name, arguments, context)
-
-        def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
-            self._build(name)
-            return super()._tool_input_schema(name)
 
     return LazyToolsServer
 
