@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from conftest import store_run, streamed_records, vllm_gauges
+
 from inferwise.knowledge.diagnosis import DiagnoseRequest, diagnose
 
 
@@ -23,50 +25,19 @@ def _store(
     labels: dict[str, str] | None = None,
     ttft_s: float = 0.2,
 ) -> str:
-    from inferwise.probes.records import RequestRecord
-    from inferwise.probes.store import RunStore
-    from inferwise.probes.summary import summarize
-
-    records = []
-    for i in range(40):
-        start = i * 0.05
-        chunks = [start + ttft_s + 0.01 * k for k in range(64)]
-        records.append(
-            RequestRecord(
-                index=i,
-                ok=True,
-                start_s=start,
-                first_token_s=chunks[0],
-                end_s=chunks[-1],
-                input_tokens=256,
-                output_tokens=64,
-                chunk_times_s=chunks,
-                chunk_tokens=[1] * 64,
-            )
-        )
-    with RunStore(db) as store:
-        run_id = store.create_run(
-            config={
-                "concurrency": concurrency,
-                "request_rate": None,
-                "input_tokens": 256,
-                "output_tokens": 64,
-                "url": "http://127.0.0.1:8011",
-            },
-            labels=labels or {},
-        )
-        store.add_requests(run_id, records)
-        samples = []
-        for t, (r, w) in enumerate(zip(running, waiting, strict=True)):
-            samples += [
-                (float(t), "vllm:num_requests_running", {}, r),
-                (float(t), "vllm:num_requests_waiting", {}, w),
-                (float(t), "vllm:kv_cache_usage_perc", {}, kv),
-                (float(t), "vllm:num_preemptions_total", {}, 0.0),
-            ]
-        store.add_metric_samples(run_id, samples)
-        store.finish_run(run_id, "complete", summarize(records))
-    return run_id
+    records = streamed_records(
+        40, spacing_s=0.05, ttft_s=ttft_s, tokens=64, itl_s=0.01, input_tokens=256
+    )
+    config = {
+        "concurrency": concurrency,
+        "request_rate": None,
+        "input_tokens": 256,
+        "output_tokens": 64,
+        "url": "http://127.0.0.1:8011",
+    }
+    return store_run(
+        db, records, config=config, labels=labels, samples=vllm_gauges(running, waiting, kv)
+    )
 
 
 def _run(db: Path, run_id: str, workload: str | None = None):

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import failed_records, store_run, streamed_records, vllm_gauges
 
 from inferwise.knowledge.diagnosis import DiagnoseRequest, diagnose
 from inferwise.knowledge.rule_engine import load_rules, load_table
@@ -184,52 +185,18 @@ def test_suspected_causes_add_weight_but_are_marked_as_stated():
 
 
 def _store_run(db: Path, *, waiting: float, running: float, kv: float, errors: dict[str, int]):
-    from inferwise.probes.records import RequestRecord
-    from inferwise.probes.store import RunStore
-    from inferwise.probes.summary import summarize
-
-    records = []
-    for i in range(40):
-        start = i * 0.25
-        ttft = 4.0 if i % 2 else 3.0  # seconds: slow first tokens
-        chunks = [start + ttft + 0.02 * k for k in range(50)]
-        records.append(
-            RequestRecord(
-                index=i,
-                ok=True,
-                start_s=start,
-                first_token_s=chunks[0],
-                end_s=chunks[-1],
-                input_tokens=1000,
-                output_tokens=50,
-                chunk_times_s=chunks,
-                chunk_tokens=[1] * 50,
-            )
-        )
-    for j, (cls, n) in enumerate(errors.items()):
-        for k in range(n):
-            records.append(
-                RequestRecord(
-                    index=40 + j * 10 + k, ok=False, error_class=cls, start_s=1.0, end_s=2.0
-                )
-            )
-    summary = summarize(records)
-    with RunStore(db) as store:
-        run_id = store.create_run(
-            config={"concurrency": 64, "input_tokens": 1000, "output_tokens": 50}
-        )
-        store.add_requests(run_id, records)
-        samples = []
-        for t in range(10):
-            samples += [
-                (float(t), "vllm:num_requests_waiting", {}, waiting),
-                (float(t), "vllm:num_requests_running", {}, running),
-                (float(t), "vllm:kv_cache_usage_perc", {}, kv),
-                (float(t), "vllm:num_preemptions_total", {}, 0.0),
-            ]
-        store.add_metric_samples(run_id, samples)
-        store.finish_run(run_id, "complete", summary)
-    return run_id
+    records = streamed_records(
+        40,
+        spacing_s=0.25,
+        ttft_s=lambda i: 4.0 if i % 2 else 3.0,  # seconds: slow first tokens
+        tokens=50,
+        itl_s=0.02,
+        input_tokens=1000,
+    )
+    records += failed_records(errors, first_index=40)
+    config = {"concurrency": 64, "input_tokens": 1000, "output_tokens": 50}
+    gauges = vllm_gauges([running] * 10, [waiting] * 10, kv)
+    return store_run(db, records, config=config, samples=gauges)
 
 
 def test_run_with_waiting_requests_and_full_slots_is_queueing(tmp_path):

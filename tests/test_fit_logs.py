@@ -12,16 +12,13 @@ within 0.1 GiB; and the same fit verdict where vLLM refused to start.
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("fit_accuracy", ROOT / "bench" / "fit_accuracy.py")
-fit_accuracy = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fit_accuracy)
+from bench import fit_accuracy  # noqa: E402
 
 CASES = fit_accuracy.load_cases()
 ROWS = {c["id"]: (c, fit_accuracy.replay(c)) for c in CASES}

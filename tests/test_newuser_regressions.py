@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import store_run, streamed_records
 
 from inferwise.calculators.budget import BudgetRequest, decompose_budget
 
@@ -62,37 +63,11 @@ def test_kb_show_of_a_playbook_id_names_the_document_that_holds_it():
 
 def _store_slow_ttft_run(db, **labels: str) -> str:
     """A stored probe run with TTFT ~1.2 s whose probe was given --slo ttft_ms=800."""
-    from inferwise.probes.records import RequestRecord
-    from inferwise.probes.store import RunStore
-    from inferwise.probes.summary import summarize
-
-    records = []
-    for i in range(30):
-        start = i * 2.0
-        times = [start + 1.2 + 0.02 * k for k in range(20)]
-        records.append(
-            RequestRecord(
-                index=i,
-                ok=True,
-                start_s=start,
-                first_byte_s=start + 0.001,
-                first_token_s=times[0],
-                end_s=times[-1] + 0.001,
-                input_tokens=500,
-                output_tokens=20,
-                chunk_times_s=times,
-                chunk_tokens=[1] * 20,
-            )
-        )
-    with RunStore(db) as store:
-        run_id = store.create_run(
-            labels=labels,
-            config={"concurrency": 1, "requests": 30, "slo": {"ttft_ms": 800.0}},
-            meta={},
-        )
-        store.add_requests(run_id, records)
-        store.finish_run(run_id, "complete", summarize(records, slo={"ttft_ms": 800.0}))
-    return run_id
+    records = streamed_records(
+        30, spacing_s=2.0, ttft_s=1.2, tokens=20, itl_s=0.02, input_tokens=500, first_byte=True
+    )
+    config = {"concurrency": 1, "requests": 30, "slo": {"ttft_ms": 800.0}}
+    return store_run(db, records, config=config, labels=labels, slo={"ttft_ms": 800.0})
 
 
 def test_diagnose_and_plan_of_a_run_use_the_probes_slo(tmp_path):

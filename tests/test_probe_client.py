@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,17 +15,8 @@ from inferwise.probes.client import Pool, Target, Timeouts, exchange, request_bo
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _refserver():
-    if "refserver" in sys.modules:
-        return sys.modules["refserver"]
-    spec = importlib.util.spec_from_file_location("refserver", ROOT / "bench" / "refserver.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["refserver"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from bench.refserver import RefServer  # noqa: E402
 
-
-RefServer = _refserver().RefServer
 FAST = Timeouts(connect_s=0.3, read_s=0.3, stall_s=0.3, total_s=5.0)
 
 

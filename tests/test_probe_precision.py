@@ -6,7 +6,6 @@ general-purpose HTTP stack fails this by tens of milliseconds."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import socket
 import subprocess
 import sys
@@ -18,12 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "probe_precision", ROOT / "bench" / "probe_precision.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from bench import probe_precision
+
+    return probe_precision
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ the API key never leaving the process, CLI exit codes and Ctrl-C/SIGTERM keeping
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import signal
@@ -24,17 +23,7 @@ from inferwise.probes.store import RunStore
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _refserver():
-    if "refserver" in sys.modules:
-        return sys.modules["refserver"]
-    spec = importlib.util.spec_from_file_location("refserver", ROOT / "bench" / "refserver.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["refserver"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-RefServer = _refserver().RefServer
+from bench.refserver import RefServer  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
