@@ -580,116 +580,154 @@ def to_record(
     echoes the Authorization header must not put the key into the run store.
     A stream that carries far more tokens than `max_tokens` asked for is failed as
     `over_limit`, with its timings kept."""
-    from inferwise.probes.sse import analyze_stream, interpret, token_count
-
     secrets = secrets or []
-
-    def rel(t: float | None) -> float | None:
-        return None if t is None else t - origin
-
     base: dict[str, Any] = {
         "index": index,
         "warmup": warmup,
         "scheduled_s": scheduled_s,
         "start_s": outcome.start_t - origin,
-        "first_byte_s": rel(outcome.first_byte_t),
+        "first_byte_s": None if outcome.first_byte_t is None else outcome.first_byte_t - origin,
         "end_s": outcome.end_t - origin,
         "http_status": outcome.status,
         "prompt_text": redact(prompt, secrets, None) if store_text else None,
     }
+    text = _TextPolicy(secrets, store_text)
     if outcome.error_class is not None and (outcome.status is None or outcome.status < 400):
-        # transport trouble; keep what arrived for the partial timings
-        analysis = analyze_stream(outcome.reads) if outcome.reads else None
-        if analysis is not None and analysis.first_token_s is not None:
-            base["first_token_s"] = analysis.first_token_s - origin
-            base["chunk_times_s"] = [t - origin for t in analysis.chunk_times_s]
-            base["chunk_tokens"] = analysis.chunk_tokens
-        return RequestRecord(
-            ok=False,
-            error_class=outcome.error_class,  # type: ignore[arg-type]
-            error_message=redact(outcome.error_message, secrets),
-            **base,
-        )
+        return _transport_failure(outcome, origin, base, secrets)
     status = outcome.status or 0
     if status >= 400 or status < 200 or 300 <= status < 400:
-        body = b"".join(d for _, d in outcome.reads)[:8000].decode("utf-8", "replace")
-        try:
-            obj = json.loads(body)
-            detail = obj.get("error", obj) if isinstance(obj, dict) else obj
-            if isinstance(detail, dict):
-                detail = detail.get("message", detail)
-            body = str(detail)
-        except ValueError:
-            pass
-        cls = _status_error(status) if status >= 400 else "other"
-        ra = retry_after_s(outcome.headers)
-        wait = f" (Retry-After {ra:g} s)" if status == 429 and ra is not None else ""
-        msg = f"HTTP {status}{wait}: {body.strip()}"
-        return RequestRecord(ok=False, error_class=cls, error_message=redact(msg, secrets), **base)  # type: ignore[arg-type]
-
+        return _http_failure(outcome, status, base, secrets)
     ctype = outcome.headers.get("content-type", "")
     if not stream or "text/event-stream" not in ctype:
         body = b"".join(d for _, d in outcome.reads)
         if "text/event-stream" not in ctype and body.lstrip().startswith(b"{"):
-            info = interpret(body)
-            if info.malformed or info.error:
-                return RequestRecord(
-                    ok=False,
-                    error_class="server_error_event" if info.error else "malformed_sse",
-                    error_message=redact(info.error or "reply is not JSON", secrets),
-                    **base,
-                )
-            usage = info.usage or {}
-            out_tokens = token_count(usage.get("completion_tokens"))
-            approximate = out_tokens is None
-            # without streaming the first token is only seen with the last: TTFT = E2E
-            return RequestRecord(
-                ok=True,
-                first_token_s=base["end_s"],
-                input_tokens=token_count(usage.get("prompt_tokens")),
-                output_tokens=out_tokens if out_tokens is not None else (1 if info.text else 0),
-                tokens_approximate=approximate,
-                chunk_times_s=[base["end_s"]],
-                chunk_tokens=[out_tokens if out_tokens else 1],
-                output_text=redact(info.text, secrets, None) if store_text else None,
-                **base,
-            )
+            return _whole_reply(body, base, text)
+    return _stream_record(outcome, origin, base, text, max_tokens)
+
+
+@dataclass(frozen=True)
+class _TextPolicy:
+    """Whether response text is kept, and the secrets to take out of whatever is."""
+
+    secrets: list[str]
+    store: bool
+
+    def keep(self, text: str) -> str | None:
+        return redact(text, self.secrets, None) if self.store else None
+
+
+def _transport_failure(
+    outcome: Outcome, origin: float, base: dict[str, Any], secrets: list[str]
+) -> RequestRecord:
+    """Network trouble (or a cut past the caps): keep what arrived for the partial timings."""
+    from inferwise.probes.sse import analyze_stream
+
+    analysis = analyze_stream(outcome.reads) if outcome.reads else None
+    if analysis is not None and analysis.first_token_s is not None:
+        base["first_token_s"] = analysis.first_token_s - origin
+        base["chunk_times_s"] = [t - origin for t in analysis.chunk_times_s]
+        base["chunk_tokens"] = analysis.chunk_tokens
+    return RequestRecord(
+        ok=False,
+        error_class=outcome.error_class,  # type: ignore[arg-type]
+        error_message=redact(outcome.error_message, secrets),
+        **base,
+    )
+
+
+def _http_failure(
+    outcome: Outcome, status: int, base: dict[str, Any], secrets: list[str]
+) -> RequestRecord:
+    """A non-2xx answer: its class and the server's own message."""
+    body = b"".join(d for _, d in outcome.reads)[:8000].decode("utf-8", "replace")
+    try:
+        obj = json.loads(body)
+        detail = obj.get("error", obj) if isinstance(obj, dict) else obj
+        if isinstance(detail, dict):
+            detail = detail.get("message", detail)
+        body = str(detail)
+    except ValueError:
+        pass
+    cls = _status_error(status) if status >= 400 else "other"
+    ra = retry_after_s(outcome.headers)
+    wait = f" (Retry-After {ra:g} s)" if status == 429 and ra is not None else ""
+    msg = f"HTTP {status}{wait}: {body.strip()}"
+    return RequestRecord(ok=False, error_class=cls, error_message=redact(msg, secrets), **base)  # type: ignore[arg-type]
+
+
+def _whole_reply(body: bytes, base: dict[str, Any], text: _TextPolicy) -> RequestRecord:
+    """A non-streamed JSON reply: the first token is only seen with the last, TTFT = E2E."""
+    from inferwise.probes.sse import interpret, token_count
+
+    info = interpret(body)
+    if info.malformed or info.error:
+        return RequestRecord(
+            ok=False,
+            error_class="server_error_event" if info.error else "malformed_sse",
+            error_message=redact(info.error or "reply is not JSON", text.secrets),
+            **base,
+        )
+    usage = info.usage or {}
+    out_tokens = token_count(usage.get("completion_tokens"))
+    return RequestRecord(
+        ok=True,
+        first_token_s=base["end_s"],
+        input_tokens=token_count(usage.get("prompt_tokens")),
+        output_tokens=out_tokens if out_tokens is not None else (1 if info.text else 0),
+        tokens_approximate=out_tokens is None,
+        chunk_times_s=[base["end_s"]],
+        chunk_tokens=[out_tokens if out_tokens else 1],
+        output_text=text.keep(info.text),
+        **base,
+    )
+
+
+def _stream_record(
+    outcome: Outcome,
+    origin: float,
+    base: dict[str, Any],
+    text: _TextPolicy,
+    max_tokens: int | None,
+) -> RequestRecord:
+    """A streamed reply: token times and counts, and what made it fail if it did."""
+    from inferwise.probes.sse import analyze_stream
+
     a = analyze_stream(outcome.reads)
     fields: dict[str, Any] = {
-        "first_token_s": rel(a.first_token_s),
+        "first_token_s": None if a.first_token_s is None else a.first_token_s - origin,
         "chunk_times_s": [t - origin for t in a.chunk_times_s],
         "chunk_tokens": a.chunk_tokens,
         "input_tokens": a.input_tokens,
         "output_tokens": a.output_tokens,
         "tokens_approximate": a.tokens_approximate,
         "server_timings": a.timings,
-        "output_text": redact(a.text, secrets, None) if store_text else None,
+        "output_text": text.keep(a.text),
     }
-    error_class = error_message = None
+    failure = _stream_failure(a, max_tokens)
+    if failure is None:
+        return RequestRecord(ok=True, **fields, **base)
+    error_class, error_message = failure
+    return RequestRecord(
+        ok=False,
+        error_class=error_class,  # type: ignore[arg-type]
+        error_message=redact(error_message, text.secrets),
+        **fields,
+        **base,
+    )
+
+
+def _stream_failure(a: Any, max_tokens: int | None) -> tuple[str, str] | None:
+    """(error class, message) of a stream that is not a complete response, else None."""
     if max_tokens is not None and (a.output_tokens or 0) > over_token_limit(max_tokens):
-        error_class, error_message = (
-            "over_limit",
-            f"stream carried {a.output_tokens} tokens for max_tokens {max_tokens}",
-        )
-    elif a.error:
-        error_class, error_message = "server_error_event", f"error event in stream: {a.error}"
-    elif a.malformed:
-        error_class, error_message = (
-            "malformed_sse",
-            "stream held data that is not server-sent events JSON",
-        )
-    elif not a.saw_done and a.finish_reason is None:
-        error_class, error_message = "stream_cut", "stream ended without [DONE] or a finish reason"
-    elif a.first_token_s is None and a.saw_done:
-        error_class, error_message = "malformed_sse", "stream said [DONE] before any token"
-    elif a.first_token_s is None:
-        error_class, error_message = "other", "stream finished without any token"
-    if error_class:
-        return RequestRecord(
-            ok=False,
-            error_class=error_class,
-            error_message=redact(error_message, secrets),
-            **fields,
-            **base,
-        )
-    return RequestRecord(ok=True, **fields, **base)
+        return "over_limit", f"stream carried {a.output_tokens} tokens for max_tokens {max_tokens}"
+    if a.error:
+        return "server_error_event", f"error event in stream: {a.error}"
+    if a.malformed:
+        return "malformed_sse", "stream held data that is not server-sent events JSON"
+    if not a.saw_done and a.finish_reason is None:
+        return "stream_cut", "stream ended without [DONE] or a finish reason"
+    if a.first_token_s is None and a.saw_done:
+        return "malformed_sse", "stream said [DONE] before any token"
+    if a.first_token_s is None:
+        return "other", "stream finished without any token"
+    return None

@@ -364,125 +364,110 @@ class SimApp:
 
     async def _stream(self, d: _Delivery) -> None:
         send, req, seq, entry, chat = d.send, d.req, d.seq, d.entry, d.chat
-        rid = entry.request_id
-        cid = ("chatcmpl-" if chat else "cmpl-") + rid
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        model = self.s.served_model_name
-        created = int(time.time())
-        prompt_tokens = len(req["prompt"])
-
-        def chunk(choice: dict[str, Any] | None, usage: dict[str, int] | None = None) -> bytes:
-            doc: dict[str, Any] = {
-                "id": cid,
-                "object": obj,
-                "created": created,
-                "model": model,
-                "choices": [choice] if choice is not None else [],
-            }
-            if usage is not None:
-                doc["usage"] = usage
-            return b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
-
-        def usage(done: int) -> dict[str, int]:
-            return {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": done,
-                "total_tokens": prompt_tokens + done,
-            }
-
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"text/event-stream; charset=utf-8"),
-                    (b"cache-control", b"no-cache"),
-                    (b"x-request-id", rid.encode("latin-1", "replace")),
-                ],
-            }
-        )
-        entry.headers_s = time.monotonic()
-        if chat:
-            role = {
-                "index": 0,
-                "delta": {"role": "assistant", "content": ""},
-                "logprobs": None,
-                "finish_reason": None,
-            }
-            await send({"type": "http.response.body", "body": chunk(role), "more_body": True})
-
+        sse = _Chunks(entry.request_id, chat, self.s.served_model_name, len(req["prompt"]))
+        await self._start_stream(d, sse)
         per_chunk = self.s.tokens_per_chunk
-        sent = 0
-        pending = 0
+        sent = pending = 0
         stalled = False
         while True:
             if not seq.finished and seq.generated == seq.delivered:
                 await seq.ready.wait()
             if d.disconnected.is_set():
-                entry.end_s = time.monotonic()
-                entry.finish_reason = "client_disconnected"
+                _ended(entry, "client_disconnected")
                 return
             pending += seq.take()
             finished = seq.finished
             while pending >= per_chunk or (finished and pending > 0):
                 k = min(per_chunk, pending)
-                if d.fault.strikes("cut", sent + k):
-                    entry.end_s = time.monotonic()
-                    entry.finish_reason = "cut"
-                    return  # leaves the chunked body unterminated: the client sees the connection drop
-                if d.fault.strikes("error", sent + k):
-                    # an error object mid-stream, then [DONE], as vLLM does when generation fails
-                    err = {
-                        "error": {
-                            "message": "internal error during generation (simulated)",
-                            "type": "InternalServerError",
-                            "param": None,
-                            "code": 500,
-                        }
-                    }
-                    body = b"data: " + json.dumps(err).encode() + b"\n\ndata: [DONE]\n\n"
-                    await send({"type": "http.response.body", "body": body, "more_body": False})
-                    entry.end_s = time.monotonic()
-                    entry.completion_tokens = sent
-                    entry.finish_reason = "error"
+                if await self._fault_ends_stream(d, sent, k):
                     return
                 if d.fault.kind == "stall" and not stalled and sent >= d.fault.after_tokens:
                     stalled = True
                     await asyncio.sleep(self.s.stall_s)
                     if d.disconnected.is_set():
-                        entry.end_s = time.monotonic()
-                        entry.finish_reason = "client_disconnected"
+                        _ended(entry, "client_disconnected")
                         return
-                text = "".join(output_token(seq.seed, sent + j) for j in range(k))
-                if chat:
-                    choice = {
-                        "index": 0,
-                        "delta": self._delta(seq.seed, sent, k),
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                else:
-                    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
-                data = chunk(choice, usage(sent + k) if req["continuous_usage"] else None)
+                data = sse.chunk(
+                    self._choice(d, sent, k),
+                    sse.usage(sent + k) if req["continuous_usage"] else None,
+                )
                 entry.chunks.append((time.monotonic(), k))
                 await send({"type": "http.response.body", "body": data, "more_body": True})
                 sent += k
                 pending -= k
             if finished:
                 break
-        reason = "length" if seq.finish_reason == "length" else "stop"
-        if chat:
+        await self._end_stream(d, sse, sent)
+
+    async def _start_stream(self, d: _Delivery, sse: _Chunks) -> None:
+        """The event-stream head, and for chat the role-only first chunk."""
+        await d.send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-request-id", d.entry.request_id.encode("latin-1", "replace")),
+                ],
+            }
+        )
+        d.entry.headers_s = time.monotonic()
+        if d.chat:
+            role = {
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+            await d.send({"type": "http.response.body", "body": sse.chunk(role), "more_body": True})
+
+    async def _fault_ends_stream(self, d: _Delivery, sent: int, k: int) -> bool:
+        """A cut (the chunked body left unterminated: the client sees the connection drop) or
+        an error event then [DONE], as vLLM sends when generation fails, before token `sent+k`."""
+        if d.fault.strikes("cut", sent + k):
+            _ended(d.entry, "cut")
+            return True
+        if not d.fault.strikes("error", sent + k):
+            return False
+        err = {
+            "error": {
+                "message": "internal error during generation (simulated)",
+                "type": "InternalServerError",
+                "param": None,
+                "code": 500,
+            }
+        }
+        body = b"data: " + json.dumps(err).encode() + b"\n\ndata: [DONE]\n\n"
+        await d.send({"type": "http.response.body", "body": body, "more_body": False})
+        _ended(d.entry, "error", completion_tokens=sent)
+        return True
+
+    def _choice(self, d: _Delivery, sent: int, k: int) -> dict[str, Any]:
+        if d.chat:
+            return {
+                "index": 0,
+                "delta": self._delta(d.seq.seed, sent, k),
+                "logprobs": None,
+                "finish_reason": None,
+            }
+        text = "".join(output_token(d.seq.seed, sent + j) for j in range(k))
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
+
+    async def _end_stream(self, d: _Delivery, sse: _Chunks, sent: int) -> None:
+        """The finish reason, the usage chunk when asked for, and [DONE]."""
+        req = d.req
+        reason = "length" if d.seq.finish_reason == "length" else "stop"
+        if d.chat:
             last = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}
         else:
             last = {"index": 0, "text": "", "logprobs": None, "finish_reason": reason}
-        tail = chunk(last, usage(sent) if req["continuous_usage"] else None)
+        tail = sse.chunk(last, sse.usage(sent) if req["continuous_usage"] else None)
         if req["include_usage"]:
-            tail += chunk(None, usage(sent))
+            tail += sse.chunk(None, sse.usage(sent))
         tail += b"data: [DONE]\n\n"
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
-        entry.end_s = time.monotonic()
-        entry.completion_tokens = sent
-        entry.finish_reason = reason
+        await d.send({"type": "http.response.body", "body": tail, "more_body": False})
+        _ended(d.entry, reason, completion_tokens=sent)
 
     async def _whole(self, d: _Delivery) -> None:
         send, req, seq, entry, chat = d.send, d.req, d.seq, d.entry, d.chat
@@ -490,15 +475,13 @@ class SimApp:
             await seq.ready.wait()
             seq.take()
             if d.disconnected.is_set():
-                entry.end_s = time.monotonic()
-                entry.finish_reason = "client_disconnected"
+                _ended(entry, "client_disconnected")
                 return
         if d.fault.kind == "stall":
             await asyncio.sleep(self.s.stall_s)
         if d.fault.kind == "error":
             entry.status = 500
-            entry.end_s = time.monotonic()
-            entry.finish_reason = "error"
+            _ended(entry, "error")
             await _send_error(
                 send,
                 500,
@@ -564,14 +547,49 @@ class SimApp:
             await send(
                 {"type": "http.response.body", "body": body[: len(body) // 2], "more_body": True}
             )
-            entry.end_s = time.monotonic()
-            entry.finish_reason = "cut"
+            _ended(entry, "cut")
             return
         entry.chunks.append((time.monotonic(), n))
         await send({"type": "http.response.body", "body": body, "more_body": False})
-        entry.end_s = time.monotonic()
-        entry.completion_tokens = n
-        entry.finish_reason = reason
+        _ended(entry, reason, completion_tokens=n)
+
+
+@dataclass(frozen=True)
+class _Chunks:
+    """Builds one stream's SSE chunks (OpenAI chunk objects) and its usage blocks."""
+
+    request_id: str
+    chat: bool
+    model: str
+    prompt_tokens: int
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def chunk(self, choice: dict[str, Any] | None, usage: dict[str, int] | None = None) -> bytes:
+        doc: dict[str, Any] = {
+            "id": ("chatcmpl-" if self.chat else "cmpl-") + self.request_id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice] if choice is not None else [],
+        }
+        if usage is not None:
+            doc["usage"] = usage
+        return b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+
+    def usage(self, done: int) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": done,
+            "total_tokens": self.prompt_tokens + done,
+        }
+
+
+def _ended(entry: SendLogEntry, reason: str, completion_tokens: int | None = None) -> None:
+    """Log how and when a response ended."""
+    entry.end_s = time.monotonic()
+    entry.finish_reason = reason
+    if completion_tokens is not None:
+        entry.completion_tokens = completion_tokens
 
 
 def _chat_prompt(data: dict[str, Any]) -> list[str]:
