@@ -914,15 +914,50 @@ def _result(r: _Replica, **engine_figures: Any) -> FitResult:
     )
 
 
+_Option = tuple[str, str, dict[str, Any], str]
+"""(change in words, the flags, the request fields it changes, its cost)."""
+
+
 def _suggestions(req: FitRequest, base: FitResult, source, arch, scheme, gpu) -> list[Suggestion]:
     """Recompute the deployment with one change at a time.
 
     No option changes the model or its overrides, so each reuses the
     source and architecture the request already resolved.
     """
-    from .catalog import list_gpus
+    options = [
+        *_memory_options(req, arch, scheme),
+        *_context_options(base),
+        *_gpu_options(req, gpu),
+    ]
+    out: list[Suggestion] = []
+    for change, flags, update, cost in options:
+        data = req.model_dump(exclude_unset=True)
+        data.update(update)
+        data = {k: v for k, v in data.items() if v is not None}
+        try:
+            alt = _estimate(
+                FitRequest.model_validate(data), with_suggestions=False, resolved=(source, arch)
+            )
+        except (InputError, ValueError):
+            continue
+        out.append(
+            Suggestion(
+                change=change,
+                flags=flags,
+                fits=alt.fits if alt.answer is None else alt.fits and alt.answer.fits,
+                kv_cache_tokens=alt.kv_cache_tokens,
+                max_concurrency=alt.max_concurrency,
+                num_gpus=alt.num_gpus,
+                kv_cache_gib=alt.per_gpu.kv_cache_gib,
+                cost=cost,
+            )
+        )
+    return out
 
-    options: list[tuple[str, str, dict, str]] = []
+
+def _memory_options(req: FitRequest, arch: ModelArchitecture, scheme: QuantScheme) -> list[_Option]:
+    """Levers on the same GPUs: KV dtype, more tensor parallelism, FP8 weights, utilization."""
+    options: list[_Option] = []
     if req.kv_cache_dtype in ("auto", "bfloat16", "float16"):
         options.append(
             (
@@ -961,71 +996,52 @@ def _suggestions(req: FitRequest, base: FitResult, source, arch, scheme, gpu) ->
                 "less headroom: out-of-memory risk if anything else uses the GPU",
             )
         )
-    if (
-        base.answer is not None
-        and not base.answer.fits
-        and base.answer.max_context_at_concurrency > 0
-    ):
-        shorter = base.answer.max_context_at_concurrency
-        options.append(
-            (
-                f"max_model_len {shorter:,}",
-                f"--max-model-len {shorter}",
-                {"max_model_len": shorter, "context_tokens": shorter},
-                f"requests longer than {shorter:,} tokens are rejected",
-            )
+    return options
+
+
+def _context_options(base: FitResult) -> list[_Option]:
+    """A shorter context: the longest that fits the user's concurrency, or one request."""
+    answer = base.answer
+    if answer is not None and not answer.fits and answer.max_context_at_concurrency > 0:
+        shorter = answer.max_context_at_concurrency
+        update: dict[str, Any] = {"max_model_len": shorter, "context_tokens": shorter}
+    elif not base.fits and base.estimated_max_model_len:
+        shorter = base.estimated_max_model_len
+        update = {"max_model_len": shorter}
+    else:
+        return []
+    return [
+        (
+            f"max_model_len {shorter:,}",
+            f"--max-model-len {shorter}",
+            update,
+            f"requests longer than {shorter:,} tokens are rejected",
         )
-    elif not base.fits:
-        longest = base.estimated_max_model_len
-        if longest:
-            options.append(
-                (
-                    f"max_model_len {longest:,}",
-                    f"--max-model-len {longest}",
-                    {"max_model_len": longest},
-                    f"requests longer than {longest:,} tokens are rejected",
-                )
-            )
-    if gpu is not None and req.gpu_memory_gib is None:
-        bigger = sorted(
-            (
-                g
-                for g in list_gpus()
-                if g.memory_total_gib > gpu.memory_total_gib * 1.1 and g.vendor == gpu.vendor
-            ),
-            key=lambda g: g.memory_total_gib,
+    ]
+
+
+def _gpu_options(req: FitRequest, gpu: GPU | None) -> list[_Option]:
+    """The next larger GPU of the same vendor."""
+    from .catalog import list_gpus
+
+    if gpu is None or req.gpu_memory_gib is not None:
+        return []
+    bigger = sorted(
+        (
+            g
+            for g in list_gpus()
+            if g.memory_total_gib > gpu.memory_total_gib * 1.1 and g.vendor == gpu.vendor
+        ),
+        key=lambda g: g.memory_total_gib,
+    )
+    if not bigger:
+        return []
+    g = bigger[0]
+    return [
+        (
+            f"bigger GPU ({g.name})",
+            f"--gpu {g.id}",
+            {"gpu": g.id},
+            f"{g.memory_total_gib:.0f} GiB instead of {gpu.memory_total_gib:.0f} GiB per GPU; different hardware and price",
         )
-        if bigger:
-            g = bigger[0]
-            options.append(
-                (
-                    f"bigger GPU ({g.name})",
-                    f"--gpu {g.id}",
-                    {"gpu": g.id},
-                    f"{g.memory_total_gib:.0f} GiB instead of {gpu.memory_total_gib:.0f} GiB per GPU; different hardware and price",
-                )
-            )
-    out: list[Suggestion] = []
-    for change, flags, update, cost in options:
-        data = req.model_dump(exclude_unset=True)
-        data.update(update)
-        data = {k: v for k, v in data.items() if v is not None}
-        try:
-            alt = _estimate(
-                FitRequest.model_validate(data), with_suggestions=False, resolved=(source, arch)
-            )
-        except (InputError, ValueError):
-            continue
-        out.append(
-            Suggestion(
-                change=change,
-                flags=flags,
-                fits=alt.fits if alt.answer is None else alt.fits and alt.answer.fits,
-                kv_cache_tokens=alt.kv_cache_tokens,
-                max_concurrency=alt.max_concurrency,
-                num_gpus=alt.num_gpus,
-                kv_cache_gib=alt.per_gpu.kv_cache_gib,
-                cost=cost,
-            )
-        )
-    return out
+    ]
