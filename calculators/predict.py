@@ -376,62 +376,12 @@ def predict_performance(req: PredictRequest) -> PredictResult:
 
     model = StepModel.from_deployment(req)
     check_lengths(req)
-    assumptions: list[str] = []
-    warnings: list[str] = []
-    if req.concurrency is None and req.request_rate is None:
-        assumptions.append("no load given: concurrency 1 (one request at a time)")
     res, stats, inp, out = run_load(req, model)
     mean_in, mean_out = float(inp.mean()), float(out.mean())
     bound, shares, dec = bound_of(model, res, mean_in, mean_out)
     sat = saturation_point(model, mean_in, mean_out)
-    mode: Literal["concurrency", "rate", "offline"]
-    if req.request_rate is None:
-        mode = "concurrency"
-    elif math.isinf(req.request_rate):
-        mode = "offline"
-    else:
-        mode = "rate"
-        sat.utilization = (
-            req.request_rate / sat.max_requests_per_s if sat.max_requests_per_s else None
-        )
-        if sat.utilization is not None and sat.utilization >= 1.0:
-            warnings.append(
-                f"offered load {req.request_rate:g} req/s is at or above the saturation point "
-                f"({sat.max_requests_per_s:.3g} req/s): the queue grows for as long as the load lasts, "
-                "so TTFT and E2E percentiles depend on how long it lasts (here: "
-                f"{len(inp)} requests)"
-            )
-    if res.preemptions:
-        warnings.append(
-            f"{res.preemptions} preemptions: the KV cache ({model.kv_capacity_tokens:,} tokens) cannot "
-            "hold every running sequence; preempted requests are recomputed (longer tails)"
-        )
-    if res.rejected:
-        warnings.append(f"{res.rejected} requests longer than the whole KV cache were dropped")
-    if req.input_tokens_p95 or req.output_tokens_p95:
-        assumptions.append(
-            "lengths drawn from lognormal distributions fitted to the given median and p95"
-        )
-    else:
-        assumptions.append("every request has exactly input_tokens and output_tokens")
-    assumptions += [
-        "step time = max(compute, memory) + tensor-parallel all-reduces + per-step overhead, with the "
-        "calibrated efficiency factors listed under factors",
-        "scheduler as vLLM V1: decodes first, then chunked prefill within max_num_batched_tokens; "
-        "preemption by recompute of the newest request",
-        "no prefix-cache hits, no speculative decoding; server-side times (no network, tokenization)",
-        *model.notes,
-    ]
-    if mode == "concurrency":
-        assumptions.append(
-            "closed loop: the first and last `concurrency` requests (ramp up/down) are left out"
-        )
-        if not (req.input_tokens_p95 or req.output_tokens_p95) and (req.concurrency or 1) > 1:
-            assumptions.append(
-                "identical lengths in a closed loop make requests start and finish in lock-step "
-                "waves (as benchmarks with fixed lengths do); give input_tokens_p95 / "
-                "output_tokens_p95 for a spread"
-            )
+    mode = _load_mode(req)
+    warnings = _sim_warnings(req, model, res, sat, mode, len(inp))
     return PredictResult(
         model=req.model,
         gpu=model.hardware.name,
@@ -474,9 +424,74 @@ def predict_performance(req: PredictRequest) -> PredictResult:
         preemptions=int(res.preemptions),
         factors=model.efficiency.describe(),
         factors_source=model.efficiency.source,
-        assumptions=assumptions,
+        assumptions=_predict_assumptions(req, model, mode),
         warnings=warnings,
     )
+
+
+def _load_mode(req: PredictRequest) -> Literal["concurrency", "rate", "offline"]:
+    if req.request_rate is None:
+        return "concurrency"
+    return "offline" if math.isinf(req.request_rate) else "rate"
+
+
+def _sim_warnings(
+    req: PredictRequest, model: Any, res: Any, sat: Saturation, mode: str, n: int
+) -> list[str]:
+    """Overload, preemption and dropped requests, in words. Sets the saturation's
+    utilization for an open loop."""
+    warnings: list[str] = []
+    if mode == "rate" and req.request_rate is not None:
+        sat.utilization = (
+            req.request_rate / sat.max_requests_per_s if sat.max_requests_per_s else None
+        )
+        if sat.utilization is not None and sat.utilization >= 1.0:
+            warnings.append(
+                f"offered load {req.request_rate:g} req/s is at or above the saturation point "
+                f"({sat.max_requests_per_s:.3g} req/s): the queue grows for as long as the load lasts, "
+                "so TTFT and E2E percentiles depend on how long it lasts (here: "
+                f"{n} requests)"
+            )
+    if res.preemptions:
+        warnings.append(
+            f"{res.preemptions} preemptions: the KV cache ({model.kv_capacity_tokens:,} tokens) cannot "
+            "hold every running sequence; preempted requests are recomputed (longer tails)"
+        )
+    if res.rejected:
+        warnings.append(f"{res.rejected} requests longer than the whole KV cache were dropped")
+    return warnings
+
+
+def _predict_assumptions(req: PredictRequest, model: Any, mode: str) -> list[str]:
+    assumptions: list[str] = []
+    if req.concurrency is None and req.request_rate is None:
+        assumptions.append("no load given: concurrency 1 (one request at a time)")
+    spread = bool(req.input_tokens_p95 or req.output_tokens_p95)
+    if spread:
+        assumptions.append(
+            "lengths drawn from lognormal distributions fitted to the given median and p95"
+        )
+    else:
+        assumptions.append("every request has exactly input_tokens and output_tokens")
+    assumptions += [
+        "step time = max(compute, memory) + tensor-parallel all-reduces + per-step overhead, with the "
+        "calibrated efficiency factors listed under factors",
+        "scheduler as vLLM V1: decodes first, then chunked prefill within max_num_batched_tokens; "
+        "preemption by recompute of the newest request",
+        "no prefix-cache hits, no speculative decoding; server-side times (no network, tokenization)",
+        *model.notes,
+    ]
+    if mode == "concurrency":
+        assumptions.append(
+            "closed loop: the first and last `concurrency` requests (ramp up/down) are left out"
+        )
+        if not spread and (req.concurrency or 1) > 1:
+            assumptions.append(
+                "identical lengths in a closed loop make requests start and finish in lock-step "
+                "waves (as benchmarks with fixed lengths do); give input_tokens_p95 / "
+                "output_tokens_p95 for a spread"
+            )
+    return assumptions
 
 
 def _model_max_len(dep: Deployment) -> int | None:
