@@ -18,6 +18,7 @@ project modules; the work of one run lives in :mod:`.session`, the client in
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 import platform
@@ -418,95 +419,140 @@ async def run_probe(
 
     `policy` (a TargetPolicy) replaces the one built from the environment and
     `allow_hosts`: the MCP server passes its strict, operator-configured policy."""
-    from inferwise.probes.client import Pool, Target, Timeouts
-    from inferwise.probes.policy import TargetPolicy
-    from inferwise.probes.prompts import Workload, load_dataset
-    from inferwise.probes.session import LoadPoint, ProbeContext, handle_signals, run_point
-    from inferwise.probes.store import RunStore
+    from inferwise.probes.session import handle_signals
 
     requests, duration_s = _check_bounds(req)
     req, memory_note = _in_flight_for_memory(req)
     call_deadline = time.monotonic() + req.max_duration_s
-    if policy is None:
-        policy = TargetPolicy.from_environment(req.allow_hosts)
-    addrs = await asyncio.to_thread(policy.check, req.url)
-    api_key = os.environ.get(req.api_key_env) or None
-    secrets = [api_key] if api_key else []
-    target = Target.from_url(req.url, connect_host=addrs[0])
-    dataset = load_dataset(req.dataset) if req.dataset else None
-    workload = Workload.of_probe(req, dataset)
-    store = RunStore(req.db)
-    pool = Pool(target)
-    timeouts = Timeouts(
-        req.connect_timeout_s, req.read_timeout_s, req.stall_timeout_s, req.total_timeout_s
-    )
-    ctx = ProbeContext(req, pool, api_key, secrets, timeouts, workload, req.model or "", store)
+    ctx, dataset = await _context(req, policy)
     notes: list[str] = [memory_note] if memory_note else []
     stop = asyncio.Event()
     try:
         with handle_signals(stop):
             calibration, server = await _set_up(ctx, dataset, notes, call_deadline)
-            points = _load_points(req)
-            labels = {"model": ctx.model, "endpoint": req.endpoint, **req.label}
-            meta = _run_meta(calibration, target.host)
+            meta = _run_meta(calibration, ctx.pool.target.host)
             if server:
                 meta["server"] = server
-            sweep: list[SweepPoint] = []
-            sweep_id = token_hex(3)  # a label that groups the runs of one sweep
-            all_records: list[RequestRecord] = []
-            last_server: dict[str, float] = {}
-            for conc, rate in points:
-                if stop.is_set() or time.monotonic() >= call_deadline:
-                    break
-                result = await run_point(
-                    ctx,
-                    LoadPoint(conc, rate, requests, duration_s),
-                    labels=_point_labels(labels, req, conc, rate, sweep_id),
-                    meta=meta,
-                    progress=progress,
-                    stop=stop,
-                    hard_deadline=call_deadline,
-                    progress_prefix=(
-                        f"[{len(sweep) + 1}/{len(points)} "
-                        + (f"c={conc}] " if rate is None else f"{rate:g} req/s] ")
-                        if req.sweep
-                        else ""
-                    ),
-                )
-                all_records += result.records
-                last_server = result.server_metrics or last_server
-                notes += result.notes
-                sweep.append(
-                    SweepPoint(
-                        concurrency=conc,
-                        request_rate=rate,
-                        run_id=result.run_id,
-                        status=result.status,
-                        summary=result.summary,
-                    )
-                )
+            sweep = _Sweep(notes=notes)
+            await sweep.run(ctx, requests, duration_s, meta, progress, stop, call_deadline)
     finally:
-        pool.close()
-        store.close()
-    if not sweep:
+        ctx.pool.close()
+        ctx.store.close()
+    if not sweep.points:
         raise OperationalError("interrupted before the first request was sent; nothing stored")
-    last = sweep[-1]
     if ctx.workload_errors:
         errs = ctx.workload_errors
         calibration.mean_input_tokens_error_pct = round(100 * sum(errs) / len(errs), 2)
-    short = _short_outputs(all_records, workload)
+    return _result(ctx, sweep, calibration)
+
+
+async def _context(req: ProbeRequest, policy: Any) -> tuple[Any, list[Any] | None]:
+    """What every request of the call shares: the approved target and its connection pool,
+    the key, the workload, the store. The target passes the policy here (one checked lookup)."""
+    from inferwise.probes.client import Pool, Target, Timeouts
+    from inferwise.probes.policy import TargetPolicy
+    from inferwise.probes.prompts import Workload, load_dataset
+    from inferwise.probes.session import ProbeContext
+    from inferwise.probes.store import RunStore
+
+    if policy is None:
+        policy = TargetPolicy.from_environment(req.allow_hosts)
+    addrs = await asyncio.to_thread(policy.check, req.url)
+    api_key = os.environ.get(req.api_key_env) or None
+    target = Target.from_url(req.url, connect_host=addrs[0])
+    dataset = load_dataset(req.dataset) if req.dataset else None
+    timeouts = Timeouts(
+        req.connect_timeout_s, req.read_timeout_s, req.stall_timeout_s, req.total_timeout_s
+    )
+    ctx = ProbeContext(
+        req,
+        Pool(target),
+        api_key,
+        [api_key] if api_key else [],
+        timeouts,
+        Workload.of_probe(req, dataset),
+        req.model or "",
+        RunStore(req.db),
+    )
+    return ctx, dataset
+
+
+@dataclasses.dataclass
+class _Sweep:
+    """The load points of one call, run in order, and what they left."""
+
+    notes: list[str]
+    points: list[SweepPoint] = dataclasses.field(default_factory=list)
+    records: list[RequestRecord] = dataclasses.field(default_factory=list)
+    server_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    async def run(
+        self,
+        ctx: Any,
+        requests: int | None,
+        duration_s: float | None,
+        meta: dict[str, Any],
+        progress: Progress | None,
+        stop: asyncio.Event,
+        deadline: float,
+    ) -> None:
+        from inferwise.probes.session import LoadPoint, run_point
+
+        req = ctx.req
+        loads = _load_points(req)
+        labels = {"model": ctx.model, "endpoint": req.endpoint, **req.label}
+        sweep_id = token_hex(3)  # a label that groups the runs of one sweep
+        for conc, rate in loads:
+            if stop.is_set() or time.monotonic() >= deadline:
+                break
+            prefix = ""
+            if req.sweep:
+                where = f"c={conc}] " if rate is None else f"{rate:g} req/s] "
+                prefix = f"[{len(self.points) + 1}/{len(loads)} " + where
+            result = await run_point(
+                ctx,
+                LoadPoint(conc, rate, requests, duration_s),
+                labels=_point_labels(labels, req, conc, rate, sweep_id),
+                meta=meta,
+                progress=progress,
+                stop=stop,
+                hard_deadline=deadline,
+                progress_prefix=prefix,
+            )
+            self.records += result.records
+            self.server_metrics = result.server_metrics or self.server_metrics
+            self.notes += result.notes
+            self.points.append(
+                SweepPoint(
+                    concurrency=conc,
+                    request_rate=rate,
+                    run_id=result.run_id,
+                    status=result.status,
+                    summary=result.summary,
+                )
+            )
+
+
+def _result(ctx: Any, sweep: _Sweep, calibration: Calibration) -> ProbeResult:
+    """The call's answer: the last point at top level, every point under `sweep`."""
+    req, notes, records = ctx.req, sweep.notes, sweep.records
+    last = sweep.points[-1]
+    short = _short_outputs(records, ctx.workload)
     if short:
         notes.append(short)
-    for note in _client_health_notes(sweep):
+    for note in _client_health_notes(sweep.points):
         if note not in notes:
             notes.append(note)
-    completed = sum(1 for r in all_records if r.ok and not r.warmup)
-    measured = sum(1 for r in all_records if not r.warmup)
+    completed = sum(1 for r in records if r.ok and not r.warmup)
+    measured = sum(1 for r in records if not r.warmup)
+    status: Literal["complete", "interrupted", "failed"] = "complete"
+    if any(s.status == "interrupted" for s in sweep.points):
+        status = "interrupted"
+    elif completed == 0:
+        status = "failed"
     return ProbeResult(
         run_id=last.run_id,
-        status="interrupted"
-        if any(s.status == "interrupted" for s in sweep)
-        else ("failed" if completed == 0 else "complete"),
+        status=status,
         url=display_url(req.url),
         model=ctx.model,
         endpoint=req.endpoint,
@@ -515,13 +561,13 @@ async def run_probe(
         request_rate=last.request_rate,
         stream=req.stream,
         summary=last.summary,
-        errors=error_counts(all_records),
-        sweep=sweep if req.sweep else [],
+        errors=error_counts(records),
+        sweep=sweep.points if req.sweep else [],
         client_health=last.summary.client_health,
         calibration=calibration,
-        server_metrics=last_server,
+        server_metrics=sweep.server_metrics,
         notes=notes,
-        db_path=str(store.path),
+        db_path=str(ctx.store.path),
         all_failed=measured > 0 and completed == 0,
     )
 
