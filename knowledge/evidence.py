@@ -180,8 +180,6 @@ def _with_run_slo(workload: Workload, run: LoadedRun) -> Workload:
 
 def _run_facts(a: Analysis, run: LoadedRun) -> None:
     """Fill observations.* the workload lacks from the run, and add run.* facts."""
-    s = run.summary
-    src = "measured"
     note = f"probe run {run.run_id}"
     run_model = run.labels.get("model")
     deployment = a.workload.deployment
@@ -191,6 +189,34 @@ def _run_facts(a: Analysis, run: LoadedRun) -> None:
             f"{deployment.model!r}: its measurements fill what the workload does not state, "
             "so check that they describe the same deployment."
         )
+    _summary_facts(a, run, note)
+    _series_facts(a, run, note)
+    cfg = run.config
+    if a.value("traffic.input_tokens.p50") is None and cfg.get("input_tokens"):
+        a.put(
+            "derived.input_tokens_p50",
+            float(cfg["input_tokens"]),
+            "measured",
+            note + " (probe setting)",
+        )
+    if a.value("traffic.output_tokens.p50") is None and cfg.get("output_tokens"):
+        a.put(
+            "derived.output_tokens_p50",
+            float(cfg["output_tokens"]),
+            "measured",
+            note + " (probe setting)",
+        )
+
+
+def _fill(a: Analysis, name: str, value: Any, note: str) -> None:
+    """A measured observation, unless the workload states it already."""
+    if value is not None and f"observations.{name}" not in a.facts:
+        a.put(f"observations.{name}", value, "measured", note)
+
+
+def _summary_facts(a: Analysis, run: LoadedRun, note: str) -> None:
+    """Latency distributions, throughput, errors, cold start and client health."""
+    s, src = run.summary, "measured"
     obs = a.workload.observations
     for metric in LATENCY_METRICS:
         if obs is not None and getattr(obs, metric) is not None:
@@ -199,30 +225,17 @@ def _run_facts(a: Analysis, run: LoadedRun) -> None:
         for k in (*PCTS, "mean", "max"):
             if getattr(dist, k) is not None:
                 a.put(f"observations.{metric}.{k}", float(getattr(dist, k)), src, note)
-
-    def fill(name: str, value: Any) -> None:
-        if value is not None and f"observations.{name}" not in a.facts:
-            a.put(f"observations.{name}", value, src, note)
-
-    fill("requests_per_s", s.request_throughput)
-    fill("output_tokens_per_s", s.output_token_throughput)
-    completed, failed = s.completed, s.failed
-    if completed + failed:
-        fill("error_rate", failed / (completed + failed))
-
+    _fill(a, "requests_per_s", s.request_throughput, note)
+    _fill(a, "output_tokens_per_s", s.output_token_throughput, note)
+    if s.completed + s.failed:
+        _fill(a, "error_rate", s.failed / (s.completed + s.failed), note)
     errors = s.errors
     for cls, n in errors.items():
         a.put(f"run.errors.{cls}", int(n), src, note)
-    a.put(
-        "run.errors.timeouts",
-        sum(int(errors.get(c, 0)) for c in _TIMEOUT_CLASSES) or None,
-        src,
-        note,
-    )
-    a.put(
-        "run.errors.server", sum(int(errors.get(c, 0)) for c in _SERVER_CLASSES) or None, src, note
-    )
-
+    timeouts = sum(int(errors.get(c, 0)) for c in _TIMEOUT_CLASSES)
+    a.put("run.errors.timeouts", timeouts or None, src, note)
+    server = sum(int(errors.get(c, 0)) for c in _SERVER_CLASSES)
+    a.put("run.errors.server", server or None, src, note)
     warm_p50 = s.ttft_ms.p50
     if s.cold is not None and s.cold.ttft_ms and warm_p50:
         a.put("run.cold_over_warm_ttft", s.cold.ttft_ms / warm_p50, src, note)
@@ -232,7 +245,11 @@ def _run_facts(a: Analysis, run: LoadedRun) -> None:
             f"The probe client was saturated during run {run.run_id}; its latencies are upper bounds."
         )
 
-    series = run.series
+
+def _series_facts(a: Analysis, run: LoadedRun, note: str) -> None:
+    """What the engine's own metrics showed over the run: queue, running, KV, preemptions,
+    prefix-cache hits and whether the slots were full."""
+    src, series = "measured", run.series
 
     def values(concept: str) -> list[float]:
         return [v for _, v in series.get(concept, [])]
@@ -256,36 +273,30 @@ def _run_facts(a: Analysis, run: LoadedRun) -> None:
             "derived",
             note,
         )
-        fill("queue_depth", median(waiting))
+        _fill(a, "queue_depth", median(waiting), note)
     if running:
         a.put("run.metric.requests_running_max", max(running), src, note)
-        fill("concurrency", sum(running) / len(running))
+        _fill(a, "concurrency", sum(running) / len(running), note)
     if kv:
         a.put("run.metric.kv_cache_usage_max", max(kv), src, note)
-        fill("kv_cache_usage", max(kv))
-    pre = series.get("preemptions", [])
-    if len(pre) >= 2 and pre[-1][0] > pre[0][0]:
-        fill(
-            "preemptions_per_min",
-            max(0.0, pre[-1][1] - pre[0][1]) / ((pre[-1][0] - pre[0][0]) / 60),
-        )
-    hits, queries = series.get("prefix_cache_hits", []), series.get("prefix_cache_queries", [])
-    if len(hits) >= 2 and len(queries) >= 2 and queries[-1][1] > queries[0][1]:
-        fill("prefix_cache_hit_rate", (hits[-1][1] - hits[0][1]) / (queries[-1][1] - queries[0][1]))
-    elif values("prefix_cache_hit_rate"):
-        hr = values("prefix_cache_hit_rate")
-        fill("prefix_cache_hit_rate", sum(hr) / len(hr))
+        _fill(a, "kv_cache_usage", max(kv), note)
+    _counter_facts(a, series, note)
     _slot_facts(a, run, series, note)
 
-    cfg = run.config
-    if a.value("traffic.input_tokens.p50") is None and cfg.get("input_tokens"):
-        a.put(
-            "derived.input_tokens_p50", float(cfg["input_tokens"]), src, note + " (probe setting)"
-        )
-    if a.value("traffic.output_tokens.p50") is None and cfg.get("output_tokens"):
-        a.put(
-            "derived.output_tokens_p50", float(cfg["output_tokens"]), src, note + " (probe setting)"
-        )
+
+def _counter_facts(a: Analysis, series: dict[str, list[tuple[float, float]]], note: str) -> None:
+    """Rates from the engine's counters: preemptions per minute, prefix-cache hit rate."""
+    pre = series.get("preemptions", [])
+    if len(pre) >= 2 and pre[-1][0] > pre[0][0]:
+        per_min = max(0.0, pre[-1][1] - pre[0][1]) / ((pre[-1][0] - pre[0][0]) / 60)
+        _fill(a, "preemptions_per_min", per_min, note)
+    hits, queries = series.get("prefix_cache_hits", []), series.get("prefix_cache_queries", [])
+    if len(hits) >= 2 and len(queries) >= 2 and queries[-1][1] > queries[0][1]:
+        rate = (hits[-1][1] - hits[0][1]) / (queries[-1][1] - queries[0][1])
+        _fill(a, "prefix_cache_hit_rate", rate, note)
+    elif series.get("prefix_cache_hit_rate"):
+        hr = [v for _, v in series["prefix_cache_hit_rate"]]
+        _fill(a, "prefix_cache_hit_rate", sum(hr) / len(hr), note)
 
 
 _SLOT_LABELS = ("max_num_seqs", "max-num-seqs", "n_parallel", "parallel", "slots")
