@@ -152,77 +152,100 @@ def make_tool_function(op: Operation, strict_probe_policy: Any = None) -> Any:
     schema; the body re-validates with the real input model and maps our errors
     to ToolError so the caller sees which argument to fix.
     """
-    from mcp.server.mcpserver import Context
-    from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import CallToolResult, TextContent
-    from pydantic import ValidationError
 
-    from inferwise.server.cli import validation_message
     from inferwise.server.render import render
-
-    model = op.input_model
-    fields = _exposed_fields(op)
-    # Fast pure calculations run on the event loop: the hop to a worker thread
-    # and back costs more than they do. Anything slow or doing I/O keeps the
-    # thread, so the server stays responsive (progress, cancellation, pings).
-    inline = bool(op.extra.get("inline", op.tool_name in INLINE_TOOLS))
 
     async def tool(**kwargs: Any) -> Any:
         ctx = kwargs.pop("ctx", None)
+        request = _validated(op, kwargs)
         try:
-            request = model.model_validate(kwargs)
-            if op.tool_name == "probe_endpoint":
-                request = model.model_validate({**request.model_dump(), **operator_probe_caps()})
-        except ValidationError as exc:
-            raise ToolError(validation_message(model, exc, flag_style=False)) from None
-        except OperationalError as exc:
-            raise ToolError(str(exc)) from None
-        try:
-            if op.is_async:
-                extra: dict[str, Any] = {}
-                params = inspect.signature(op.func).parameters
-                if "progress" in params and ctx is not None:
-
-                    async def progress(
-                        done: float, total: float | None = None, message: str = ""
-                    ) -> None:
-                        # a client that went away must not fail the run
-                        with contextlib.suppress(Exception):
-                            await ctx.report_progress(done, total, message or None)
-
-                    extra["progress"] = progress
-                if "policy" in params and strict_probe_policy is not None:
-                    extra["policy"] = strict_probe_policy
-                result = await op.func(request, **extra)
-            elif inline:
-                result = _bounded(op.func)(request)
-            else:
-                import anyio
-
-                result = await anyio.to_thread.run_sync(
-                    _bounded(op.func), request, limiter=_heavy_limiter()
-                )
+            result = await _run(op, request, ctx, strict_probe_policy)
             text = render(op.template, result)
-        except InputError as exc:
-            raise ToolError(_tool_error_text(exc)) from None
-        except OperationalError as exc:
-            raise ToolError(str(exc)) from None
         except Exception as exc:  # a door never lets an exception through unworded
-            if os.environ.get("INFERWISE_DEBUG"):
-                raise
-            mapped = classify_unexpected(exc)
-            if isinstance(mapped, InputError):
-                raise ToolError(_tool_error_text(mapped)) from None
-            raise ToolError(str(mapped)) from None
+            raise _tool_error(exc) from None
         return CallToolResult(
             content=[TextContent(type="text", text=text)],
             structured_content=result.model_dump(mode="json"),
         )
 
+    parameters, annotations = _signature(op)
+    tool.__signature__ = inspect.Signature(parameters, return_annotation=op.output_model)  # type: ignore[attr-defined]
+    tool.__annotations__ = annotations
+    tool.__name__ = op.tool_name or op.name
+    return tool
+
+
+def _validated(op: Operation, kwargs: dict[str, Any]) -> Any:
+    """The input model from the arguments (the probe's with the operator's caps)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import ValidationError
+
+    from inferwise.server.cli import validation_message
+
+    model = op.input_model
+    try:
+        request = model.model_validate(kwargs)
+        if op.tool_name == "probe_endpoint":
+            request = model.model_validate({**request.model_dump(), **operator_probe_caps()})
+    except ValidationError as exc:
+        raise ToolError(validation_message(model, exc, flag_style=False)) from None
+    except OperationalError as exc:
+        raise ToolError(str(exc)) from None
+    return request
+
+
+async def _run(op: Operation, request: Any, ctx: Any, strict_probe_policy: Any) -> Any:
+    """Run the operation where it belongs: async ones on the loop (with progress and the
+    strict policy), fast pure ones inline, the rest on the bounded worker threads."""
+    if op.is_async:
+        extra: dict[str, Any] = {}
+        params = inspect.signature(op.func).parameters
+        if "progress" in params and ctx is not None:
+
+            async def progress(done: float, total: float | None = None, message: str = "") -> None:
+                # a client that went away must not fail the run
+                with contextlib.suppress(Exception):
+                    await ctx.report_progress(done, total, message or None)
+
+            extra["progress"] = progress
+        if "policy" in params and strict_probe_policy is not None:
+            extra["policy"] = strict_probe_policy
+        return await op.func(request, **extra)
+    # Fast pure calculations run on the event loop: the hop to a worker thread
+    # and back costs more than they do. Anything slow or doing I/O keeps the
+    # thread, so the server stays responsive (progress, cancellation, pings).
+    if op.extra.get("inline", op.tool_name in INLINE_TOOLS):
+        return _bounded(op.func)(request)
+    import anyio
+
+    return await anyio.to_thread.run_sync(_bounded(op.func), request, limiter=_heavy_limiter())
+
+
+def _tool_error(exc: Exception) -> Exception:
+    """The ToolError a caller sees for `exc`: the field to fix, or the failure in words."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    if isinstance(exc, InputError):
+        return ToolError(_tool_error_text(exc))
+    if isinstance(exc, OperationalError):
+        return ToolError(str(exc))
+    if os.environ.get("INFERWISE_DEBUG"):
+        raise exc
+    mapped = classify_unexpected(exc)
+    if isinstance(mapped, InputError):
+        return ToolError(_tool_error_text(mapped))
+    return ToolError(str(mapped))
+
+
+def _signature(op: Operation) -> tuple[list[inspect.Parameter], dict[str, Any]]:
+    """One keyword parameter per exposed field, carrying its default; the FieldInfo copy
+    keeps description and constraints, so the SDK's schema is the model's."""
+    from mcp.server.mcpserver import Context
+
     parameters = []
     annotations: dict[str, Any] = {}
-    for name, info in fields.items():
-        # The parameter carries the default; the FieldInfo copy keeps description and constraints.
+    for name, info in _exposed_fields(op).items():
         default = (
             inspect.Parameter.empty
             if info.is_required()
@@ -242,10 +265,7 @@ def make_tool_function(op: Operation, strict_probe_policy: Any = None) -> Any:
     )
     annotations["ctx"] = Context
     annotations["return"] = op.output_model
-    tool.__signature__ = inspect.Signature(parameters, return_annotation=op.output_model)  # type: ignore[attr-defined]
-    tool.__annotations__ = annotations
-    tool.__name__ = op.tool_name or op.name
-    return tool
+    return parameters, annotations
 
 
 def strict_policy_from_env() -> Any:
