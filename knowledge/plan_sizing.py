@@ -4,7 +4,8 @@ calculators before anything is rented or measured. Every figure is computed, nev
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from inferwise.calculators.budget import NO_LOAD_MEETS
 from inferwise.knowledge.evidence import Analysis, _typical
@@ -31,9 +32,21 @@ def _fit_into(c: Candidate, fit: FitResult, default_context: bool) -> None:
     c.kv_cache_tokens = fit.kv_cache_tokens
 
 
+@dataclass(frozen=True)
+class _Sizing:
+    """The workload's figures every candidate is sized with."""
+
+    inp: float | None
+    out: float | None
+    context: int | None
+    conc: float | None
+    peak: float | None
+    max_gpus: int | None
+
+
 def size_candidates(a: Analysis) -> list[Candidate]:
     """Fit (and predict/budget where lengths are known) for each allowed GPU x TP degree."""
-    from inferwise.knowledge.sizing import gpu_info, run_budget, run_fit, run_predict
+    from inferwise.knowledge.sizing import gpu_info
 
     wl = a.workload
     if wl.deployment is None or not wl.deployment.model:
@@ -51,84 +64,111 @@ def size_candidates(a: Analysis) -> list[Candidate]:
         [wl.deployment.tensor_parallel_size] if wl.deployment.tensor_parallel_size else [1, 2, 4, 8]
     )
     tps = [t for t in tps if max_gpus is None or t <= max_gpus]
-    inp, out = a.value("derived.input_tokens_p50"), a.value("derived.output_tokens_p50")
+    out = a.value("derived.output_tokens_p50")
     p95_in = a.value("derived.input_tokens_p95")
-    context = int(p95_in + (out or 0)) if p95_in else None
-    conc = a.value("traffic.concurrency")
-    peak = peak_rate(a)
+    sizing = _Sizing(
+        inp=a.value("derived.input_tokens_p50"),
+        out=out,
+        context=int(p95_in + (out or 0)) if p95_in else None,
+        conc=a.value("traffic.concurrency"),
+        peak=peak_rate(a),
+        max_gpus=max_gpus,
+    )
     cands: list[Candidate] = []
     for gpu in gpus[:4]:
         g, note = gpu_info(gpu)
         if g is None:
             cands.append(Candidate(gpu=gpu, tensor_parallel_size=0, notes=[note or "unknown GPU"]))
             continue
-        found_fit = False
-        for tp in tps:
-            over = {"gpu": gpu, "tensor_parallel_size": tp, "num_gpus": None}
-            c = Candidate(gpu=g.id, tensor_parallel_size=tp)
-            fit = run_fit(wl, context, int(conc) if conc else None, **over)
-            c.notes += fit.notes
-            if fit.result is not None:
-                _fit_into(c, fit.result, wl.deployment.max_model_len is None)
-            if c.fits is False:
-                cands.append(c)
-                continue
-            if inp and out:
-                pred = run_predict(wl, inp, out, concurrency=1, **over)
-                if pred.result is not None:
-                    c.predicted_ttft_ms = _typical(pred.result.ttft_ms)
-                    c.predicted_itl_ms = _typical(pred.result.itl_ms)
-                    sat = pred.result.saturation.max_requests_per_s
-                    c.saturation_requests_per_s = float(sat) if sat else None
-                else:
-                    c.notes += pred.notes
-                if wl.slo is not None:
-                    bud = run_budget(wl, inp, out, **over)
-                    if bud.result is not None:
-                        c.max_rate_under_slo = bud.result.max_rate_under_slo
-                        # the budget puts the whole peak on one replica; missing the SLO there
-                        # is what replicas_needed answers. Only "no rate at all" is news.
-                        if c.max_rate_under_slo == 0:
-                            c.notes.append(f"no rate meets the SLO on one replica: {NO_LOAD_MEETS}")
-                    else:
-                        c.notes += bud.notes
-            # no rate meets the SLO on one replica: more replicas cannot fix a per-request
-            # latency, so there is no replica count to give (the table says "none")
-            capacity = (
-                None
-                if c.max_rate_under_slo == 0
-                else c.max_rate_under_slo or c.saturation_requests_per_s
-            )
-            if capacity and peak:
-                c.replicas_needed = max(1, math.ceil(peak / capacity))
-                if c.max_rate_under_slo is None:
-                    c.notes.append(
-                        "replicas from the saturation throughput (no SLO check): a lower bound"
-                    )
-                c.gpus_needed = c.replicas_needed * tp
-                if max_gpus is not None:
-                    c.within_max_gpus = c.gpus_needed <= max_gpus
-                    if not c.within_max_gpus:
-                        c.notes.append(
-                            f"needs {c.gpus_needed} GPUs > constraints.max_gpus {max_gpus}"
-                        )
-            c.notes = list(dict.fromkeys(c.notes))
-            cands.append(c)
-            if c.fits:
-                found_fit = True
-                if (
-                    wl.deployment.tensor_parallel_size is None
-                    and c.max_concurrency
-                    and c.max_concurrency >= (conc or 1) * 1.0
-                    and tp >= 2
-                ):
-                    break  # larger TP only adds communication once this one fits with room
-        if not found_fit and not tps:
-            cands.append(
-                Candidate(
-                    gpu=g.id,
-                    tensor_parallel_size=0,
-                    notes=["no tensor-parallel degree within constraints.max_gpus"],
-                )
-            )
+        cands += _candidates_on(wl, g, gpu, tps, sizing)
     return cands
+
+
+def _candidates_on(wl: Any, g: Any, gpu: str, tps: list[int], sizing: _Sizing) -> list[Candidate]:
+    """The candidates on one GPU type, from the smallest tensor-parallel degree up: larger
+    degrees only add communication once one fits with room (unless TP is stated)."""
+    if not tps:
+        return [
+            Candidate(
+                gpu=g.id,
+                tensor_parallel_size=0,
+                notes=["no tensor-parallel degree within constraints.max_gpus"],
+            )
+        ]
+    out: list[Candidate] = []
+    for tp in tps:
+        c = _candidate(wl, g, gpu, tp, sizing)
+        out.append(c)
+        if (
+            c.fits
+            and wl.deployment.tensor_parallel_size is None
+            and c.max_concurrency
+            and c.max_concurrency >= (sizing.conc or 1) * 1.0
+            and tp >= 2
+        ):
+            break
+    return out
+
+
+def _candidate(wl: Any, g: Any, gpu: str, tp: int, sizing: _Sizing) -> Candidate:
+    """One GPU x TP: its memory fit, then (if it fits) latency, capacity and replicas."""
+    from inferwise.knowledge.sizing import run_fit
+
+    over = {"gpu": gpu, "tensor_parallel_size": tp, "num_gpus": None}
+    c = Candidate(gpu=g.id, tensor_parallel_size=tp)
+    conc = sizing.conc
+    fit = run_fit(wl, sizing.context, int(conc) if conc else None, **over)
+    c.notes += fit.notes
+    if fit.result is not None:
+        _fit_into(c, fit.result, wl.deployment.max_model_len is None)
+    if c.fits is False:
+        return c
+    if sizing.inp and sizing.out:
+        _latency_into(c, wl, sizing.inp, sizing.out, over)
+    _replicas_into(c, tp, sizing)
+    c.notes = list(dict.fromkeys(c.notes))
+    return c
+
+
+def _latency_into(c: Candidate, wl: Any, inp: float, out: float, over: dict[str, Any]) -> None:
+    """Predicted latency of a request alone, and the budget's rate under the SLO."""
+    from inferwise.knowledge.sizing import run_budget, run_predict
+
+    pred = run_predict(wl, inp, out, concurrency=1, **over)
+    if pred.result is not None:
+        c.predicted_ttft_ms = _typical(pred.result.ttft_ms)
+        c.predicted_itl_ms = _typical(pred.result.itl_ms)
+        sat = pred.result.saturation.max_requests_per_s
+        c.saturation_requests_per_s = float(sat) if sat else None
+    else:
+        c.notes += pred.notes
+    if wl.slo is None:
+        return
+    bud = run_budget(wl, inp, out, **over)
+    if bud.result is None:
+        c.notes += bud.notes
+        return
+    c.max_rate_under_slo = bud.result.max_rate_under_slo
+    # the budget puts the whole peak on one replica; missing the SLO there
+    # is what replicas_needed answers. Only "no rate at all" is news.
+    if c.max_rate_under_slo == 0:
+        c.notes.append(f"no rate meets the SLO on one replica: {NO_LOAD_MEETS}")
+
+
+def _replicas_into(c: Candidate, tp: int, sizing: _Sizing) -> None:
+    """Replicas for the peak at the candidate's capacity, and the GPUs they take."""
+    # no rate meets the SLO on one replica: more replicas cannot fix a per-request
+    # latency, so there is no replica count to give (the table says "none")
+    capacity = (
+        None if c.max_rate_under_slo == 0 else c.max_rate_under_slo or c.saturation_requests_per_s
+    )
+    if not (capacity and sizing.peak):
+        return
+    c.replicas_needed = max(1, math.ceil(sizing.peak / capacity))
+    if c.max_rate_under_slo is None:
+        c.notes.append("replicas from the saturation throughput (no SLO check): a lower bound")
+    c.gpus_needed = c.replicas_needed * tp
+    if sizing.max_gpus is not None:
+        c.within_max_gpus = c.gpus_needed <= sizing.max_gpus
+        if not c.within_max_gpus:
+            c.notes.append(f"needs {c.gpus_needed} GPUs > constraints.max_gpus {sizing.max_gpus}")
