@@ -469,8 +469,34 @@ class SimApp:
         await d.send({"type": "http.response.body", "body": tail, "more_body": False})
         _ended(d.entry, reason, completion_tokens=sent)
 
+    def _whole_doc(self, d: _Delivery, n: int, reason: str) -> dict[str, Any]:
+        """The non-streamed reply object (chat or completions) of `n` output tokens."""
+        seq, rid = d.seq, d.entry.request_id
+        prompt_tokens = len(d.req["prompt"])
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": n,
+            "total_tokens": prompt_tokens + n,
+        }
+        if d.chat:
+            message = {"role": "assistant", "content": None, **self._delta(seq.seed, 0, n)}
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
+            kind = ("chatcmpl-", "chat.completion")
+        else:
+            text = "".join(output_token(seq.seed, j) for j in range(n))
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+            kind = ("cmpl-", "text_completion")
+        return {
+            "id": kind[0] + rid,
+            "object": kind[1],
+            "created": int(time.time()),
+            "model": self.s.served_model_name,
+            "choices": [choice],
+            "usage": usage,
+        }
+
     async def _whole(self, d: _Delivery) -> None:
-        send, req, seq, entry, chat = d.send, d.req, d.seq, d.entry, d.chat
+        send, seq, entry = d.send, d.seq, d.entry
         while not seq.finished:
             await seq.ready.wait()
             seq.take()
@@ -493,43 +519,8 @@ class SimApp:
             )
             return
         n = seq.generated
-        text = "".join(output_token(seq.seed, j) for j in range(n))
         reason = "length" if seq.finish_reason == "length" else "stop"
-        prompt_tokens = len(req["prompt"])
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": n,
-            "total_tokens": prompt_tokens + n,
-        }
-        if chat:
-            doc = {
-                "id": "chatcmpl-" + entry.request_id,
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": self.s.served_model_name,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {
-                            "role": "assistant",
-                            "content": None,
-                            **self._delta(seq.seed, 0, n),
-                        },
-                        "logprobs": None,
-                        "finish_reason": reason,
-                    }
-                ],
-                "usage": usage,
-            }
-        else:
-            doc = {
-                "id": "cmpl-" + entry.request_id,
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": self.s.served_model_name,
-                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason}],
-                "usage": usage,
-            }
+        doc = self._whole_doc(d, n, reason)
         body = json.dumps(doc).encode()
         await send(
             {

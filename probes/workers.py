@@ -180,15 +180,14 @@ def _emit(msg: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-async def _child(setup: dict[str, Any]) -> None:
+def _child_context(setup: dict[str, Any]) -> Any:
+    """The parent's probe context, rebuilt in this process from its setup message."""
     import os
 
     from inferwise.probes.client import Pool, Target, Timeouts
-    from inferwise.probes.health import LoopLagSampler
-    from inferwise.probes.loadgen import closed_loop, open_loop
     from inferwise.probes.prompts import Workload, load_dataset
     from inferwise.probes.runner import ProbeRequest
-    from inferwise.probes.session import ProbeContext, send_one
+    from inferwise.probes.session import ProbeContext
 
     req = ProbeRequest.model_validate(setup["req"])
     api_key = os.environ.get(req.api_key_env) or None
@@ -204,6 +203,16 @@ async def _child(setup: dict[str, Any]) -> None:
         req, pool, api_key, [api_key] if api_key else [], timeouts, workload, setup["model"], None
     )
     ctx.ignore_eos, ctx.continuous_usage = setup["ignore_eos"], setup["continuous_usage"]
+    return ctx
+
+
+async def _child(setup: dict[str, Any]) -> None:
+    from inferwise.probes.health import LoopLagSampler
+    from inferwise.probes.loadgen import closed_loop, open_loop
+    from inferwise.probes.session import send_one
+
+    ctx = _child_context(setup)
+    pool, timeouts = ctx.pool, ctx.timeouts
     origin = setup["origin"]
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
