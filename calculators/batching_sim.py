@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -206,6 +207,7 @@ def simulate(  # noqa: C901, PLR0915 - one cohesive step loop, kept whole for sp
         loops += 1
         if not loops & 511:
             deadline.check()
+            time.sleep(0)  # hand the GIL over: a server's event loop shares this process
         # Arrivals up to now join the queue.
         while arr_i < len(arrivals) and arrivals[arr_i] <= t:
             waiting.append(arr_i)

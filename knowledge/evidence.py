@@ -34,7 +34,7 @@ from inferwise.knowledge.sizing import (
     run_predict,
 )
 from inferwise.knowledge.vocabulary import SYMPTOMS
-from inferwise.knowledge.workload import Slo, Workload
+from inferwise.knowledge.workload import Percentiles, Slo, Workload
 
 if TYPE_CHECKING:
     from inferwise.calculators.fit import FitResult
@@ -400,11 +400,11 @@ def _over_slo(a: Analysis, metric: str) -> tuple[float, str] | None:
 
 
 def _tail(a: Analysis, prefix: str) -> float | None:
-    for k in ("p95", "p99", "p90", "p50"):
-        v = _pct(a, prefix, k)
-        if v is not None:
-            return v
-    return None
+    """The tail of the distribution under `prefix` (stated or measured), by the workload's
+    own rule (:meth:`Percentiles.tail`)."""
+    values = {k: _pct(a, prefix, k) for k in Percentiles.model_fields}
+    tail = Percentiles.model_construct(**values).tail()
+    return tail[1] if tail else None
 
 
 def _lengths(a: Analysis) -> None:

@@ -14,6 +14,7 @@ registry imports these models when the MCP server lists its tools.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -459,7 +460,7 @@ class _RunData:
         if metric == "itl_ms":
             groups = [r.itl_ms() for r in self.ok_warm]
             groups = [g for g in groups if g]
-            medians = [sorted(g)[len(g) // 2] for g in groups]
+            medians = [statistics.median(g) for g in groups]
             return pooled(groups), medians
         values = [getattr(r, metric) for r in self.ok_warm]
         values = [v for v in values if v is not None]
@@ -763,7 +764,7 @@ def export_rows(
             "e2e_ms": r.e2e_ms,
             "tpot_ms": r.tpot_ms,
             "itl_mean_ms": sum(itl) / len(itl) if itl else None,
-            "itl_p50_ms": sorted(itl)[len(itl) // 2] if itl else None,
+            "itl_p50_ms": statistics.median(itl) if itl else None,
             "itl_max_ms": max(itl) if itl else None,
             "chunks": len(r.chunk_times_s),
             "tokens_per_chunk_mean": (sum(r.chunk_tokens) / len(r.chunk_tokens))

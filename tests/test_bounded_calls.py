@@ -190,5 +190,6 @@ def test_the_mcp_server_answers_while_forty_slow_calls_are_in_flight(tmp_path) -
             return took, done
 
     took, done = asyncio.run(asyncio.wait_for(go(), 120))
+    print(f"memory fit answered in {took * 1000:.0f} ms with 40 slow calls in flight")
     assert took < 1.0, took
     assert all(r.is_error and "time budget" in r.content[0].text for r in done)
