@@ -18,6 +18,7 @@ from inferwise.knowledge.plan_parts import (
     slo_items,
 )
 from inferwise.knowledge.rule_engine import load_table
+from inferwise.knowledge.vocabulary import OUTSIDE_ENGINE
 
 _ALREADY_DONE = {
     "prefix_caching": ("deployment.enable_prefix_caching", True),
@@ -50,9 +51,6 @@ def _applicable(a: Analysis, pb: Any) -> bool:
     return True
 
 
-_OUTSIDE_ENGINE = ("generic", "kubernetes", "llm-d", "dynamo")
-
-
 def knob_lines(pb: Any, engine: str) -> list[Any]:
     """The one setting a stage changes: the engine's flag for the playbook's variable.
 
@@ -64,7 +62,7 @@ def knob_lines(pb: Any, engine: str) -> list[Any]:
     from dataclasses import replace
 
     mine = [k for k in pb.knobs if k.engine == engine]
-    outside = [k for k in pb.knobs if k.engine in _OUTSIDE_ENGINE]
+    outside = [k for k in pb.knobs if k.engine in OUTSIDE_ENGINE]
     var = str(pb.variable)
     flag = ""
     if var.startswith("deployment."):

@@ -20,23 +20,10 @@ from importlib import resources
 from typing import Any
 
 from inferwise.calculators.errors import InputError, OperationalError
-from inferwise.knowledge.vocabulary import HYPOTHESES
+from inferwise.knowledge.vocabulary import HYPOTHESES, OUTSIDE_ENGINE, SERVING_ENGINES
 
-ENGINES: frozenset[str] = frozenset(
-    {
-        "vllm",
-        "sglang",
-        "tensorrt-llm",
-        "tgi",
-        "llama.cpp",
-        "lmdeploy",
-        "dynamo",
-        "llm-d",
-        "kubernetes",
-        "generic",
-    }
-)
-"""Values accepted for ``knobs[].engine``; ``generic`` is for gateway/infra settings."""
+KNOB_TARGETS: frozenset[str] = frozenset({*SERVING_ENGINES, *OUTSIDE_ENGINE})
+"""Values accepted for ``knobs[].engine``: an engine, or a layer outside it."""
 
 
 class PlaybookError(OperationalError, ValueError):
@@ -157,9 +144,9 @@ def _parse(data: dict[str, Any], source: str) -> Playbook:
             raise PlaybookError(
                 f"{where}: needs engine, flag, doc (and optional note), nothing else"
             )
-        if k["engine"] not in ENGINES:
+        if k["engine"] not in KNOB_TARGETS:
             raise PlaybookError(
-                f"{where}: unknown engine {k['engine']!r}; known: {sorted(ENGINES)}"
+                f"{where}: unknown engine {k['engine']!r}; known: {sorted(KNOB_TARGETS)}"
             )
         if not str(k["doc"]).startswith("https://"):
             raise PlaybookError(f"{where}: doc must be an https:// URL")

@@ -53,3 +53,17 @@ HYPOTHESES: dict[str, str] = {
 
 SYMPTOM_IDS: frozenset[str] = frozenset(SYMPTOMS)
 HYPOTHESIS_IDS: frozenset[str] = frozenset(HYPOTHESES)
+
+
+SERVING_ENGINES: tuple[str, ...] = (
+    "vllm",
+    "sglang",
+    "tensorrt-llm",
+    "tgi",
+    "llama.cpp",
+    "lmdeploy",
+)
+"""Engines a deployment runs on (a workload's ``deployment.engine`` adds ``other``)."""
+OUTSIDE_ENGINE: tuple[str, ...] = ("generic", "kubernetes", "llm-d", "dynamo")
+"""Where a playbook setting lives when it is not an engine flag: the gateway or router
+(``generic``), the orchestration layer or a serving framework around the engine."""

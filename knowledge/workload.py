@@ -24,12 +24,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from inferwise.calculators.errors import InputError
 from inferwise.calculators.files import MiB, check_depth, loads_json, path_exists, read_text
-from inferwise.knowledge.vocabulary import HYPOTHESES, SYMPTOMS
+from inferwise.knowledge.vocabulary import HYPOTHESES, SERVING_ENGINES, SYMPTOMS
 
 PERCENTILE_KEYS = ("p50", "p90", "p95", "p99")
 """Percentile keys in the order plans prefer for tail targets (p95 first, see `tail_key`)."""
 
-ENGINES = ("vllm", "sglang", "tensorrt-llm", "tgi", "llama.cpp", "lmdeploy", "other")
+ENGINES = (*SERVING_ENGINES, "other")
 ROUTERS = ("round_robin", "least_loaded", "prefix_aware", "session_sticky", "single_replica")
 
 
