@@ -191,21 +191,10 @@ def _run_facts(a: Analysis, run: LoadedRun) -> None:
         )
     _summary_facts(a, run, note)
     _series_facts(a, run, note)
-    cfg = run.config
-    if a.value("traffic.input_tokens.p50") is None and cfg.get("input_tokens"):
-        a.put(
-            "derived.input_tokens_p50",
-            float(cfg["input_tokens"]),
-            "measured",
-            note + " (probe setting)",
-        )
-    if a.value("traffic.output_tokens.p50") is None and cfg.get("output_tokens"):
-        a.put(
-            "derived.output_tokens_p50",
-            float(cfg["output_tokens"]),
-            "measured",
-            note + " (probe setting)",
-        )
+    for length in ("input_tokens", "output_tokens"):
+        setting = run.config.get(length)
+        if a.value(f"traffic.{length}.p50") is None and setting:
+            a.put(f"derived.{length}_p50", float(setting), "measured", note + " (probe setting)")
 
 
 def _fill(a: Analysis, name: str, value: Any, note: str) -> None:

@@ -375,7 +375,7 @@ class _PointRun:
             await self._drive_here(hard_deadline)
 
     async def _drive_here(self, hard_deadline: float | None) -> None:
-        from inferwise.probes.loadgen import arrival_schedule, closed_loop, open_loop
+        from inferwise.probes.loadgen import closed_loop, open_loop
 
         req, point, ctx = self.req, self.point, self.ctx
         if req.preconnect:
@@ -397,26 +397,32 @@ class _PointRun:
                 deadline=deadline,
             )
             return
-        schedule = arrival_schedule(
-            point.rate,
-            req.burstiness,
-            count=self.cap,
-            duration_s=point.duration_s,
-            seed=req.seed,
-            start_s=start - self.origin,
-        )
         await open_loop(
             self.send,
             self.on_record,
-            schedule=schedule,
+            schedule=self._schedule(start - self.origin),
             origin=self.origin,
             first_index=req.warmup_requests,
             max_in_flight=req.max_concurrency,
             deadline=deadline,
         )
 
-    async def _drive_workers(self) -> None:
+    def _schedule(self, start_s: float) -> list[float]:
+        """The open loop's absolute send times (s from the origin), from `start_s`."""
         from inferwise.probes.loadgen import arrival_schedule
+
+        point = self.point
+        assert point.rate is not None
+        return arrival_schedule(
+            point.rate,
+            self.req.burstiness,
+            count=self.cap,
+            duration_s=point.duration_s,
+            seed=self.req.seed,
+            start_s=start_s,
+        )
+
+    async def _drive_workers(self) -> None:
         from inferwise.probes.workers import drive_workers
 
         req, point, ctx = self.req, self.point, self.ctx
@@ -438,15 +444,7 @@ class _PointRun:
             "origin": self.origin,
             "preconnect": req.preconnect,
         }
-        schedule = None
-        if point.rate is not None:
-            schedule = arrival_schedule(
-                point.rate,
-                req.burstiness,
-                count=self.cap,
-                duration_s=point.duration_s,
-                seed=req.seed,
-            )
+        schedule = self._schedule(0.0) if point.rate is not None else None
         self.worker_lag.extend(
             await drive_workers(
                 n=req.workers,
