@@ -373,15 +373,37 @@ async def fetch_page(
     extensions: dict[str, Any] | None = None,
 ) -> tuple[int, str]:
     """GET `url` as (status, text), decompressing as it streams and stopping at
-    `max_bytes` of decoded body: a 1 MB gzip bomb must not become 1 GB in memory."""
+    `max_bytes` of decoded body: a 1 MB gzip bomb must not become 1 GB in memory.
+
+    The raw bytes are inflated here, never more than the bytes still allowed at a time
+    (a client library's decoder inflates a whole network chunk at once: 64 KB of a bomb
+    is 64 MB). Only gzip and zlib are asked for."""
+    import zlib
+
     parts: list[bytes] = []
     size = 0
-    async with client.stream("GET", url, timeout=timeout_s, extensions=extensions or {}) as resp:
-        async for chunk in resp.aiter_bytes():
-            size += len(chunk)
-            if size > max_bytes:
-                raise PageTooLarge(f"the /metrics page is larger than {max_bytes >> 20} MiB")
-            parts.append(chunk)
+    headers = {"Accept-Encoding": "gzip, identity"}
+    async with client.stream(
+        "GET", url, timeout=timeout_s, headers=headers, extensions=extensions or {}
+    ) as resp:
+        encoding = resp.headers.get("content-encoding", "").strip().lower()
+        inflater = (
+            zlib.decompressobj(zlib.MAX_WBITS | 32)
+            if encoding in ("gzip", "x-gzip", "deflate")
+            else None
+        )
+        async for raw in resp.aiter_raw():
+            data = raw
+            while data:
+                if inflater is None:
+                    out, data = data, b""
+                else:
+                    out = inflater.decompress(data, max_bytes - size + 1)
+                    data = inflater.unconsumed_tail
+                size += len(out)
+                if size > max_bytes:
+                    raise PageTooLarge(f"the /metrics page is larger than {max_bytes >> 20} MiB")
+                parts.append(out)
         return resp.status_code, b"".join(parts).decode(resp.encoding or "utf-8", "replace")
 
 

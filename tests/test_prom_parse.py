@@ -269,13 +269,15 @@ def test_scrape_loop_counts_http_errors_in_a_row_and_a_good_page_resets_the_coun
 
     class Client:
         @contextlib.asynccontextmanager
-        async def stream(self, method, url, timeout, extensions):
+        async def stream(self, method, url, timeout, headers, extensions):
             status, text = pages.pop(0)
 
-            async def aiter_bytes():
+            async def aiter_raw():
                 yield text.encode()
 
-            yield SimpleNamespace(status_code=status, encoding="utf-8", aiter_bytes=aiter_bytes)
+            yield SimpleNamespace(
+                status_code=status, encoding="utf-8", headers={}, aiter_raw=aiter_raw
+            )
 
     async def main():
         got = []
