@@ -18,6 +18,7 @@ import copy
 import dataclasses
 import difflib
 import json
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -105,11 +106,15 @@ class ModelSource:
     """Exact checkpoint size when known: ``model.safetensors.index.json``
     ``metadata.total_size`` (tensor bytes), or the safetensors file sizes."""
     origin: str
-    """``catalog`` | ``path``."""
+    """``catalog`` | ``path`` | ``hub``."""
     notes: str = ""
     hf_quant_config: dict[str, Any] | None = None
     """Content of ``hf_quant_config.json`` when the checkpoint has one (NVIDIA
     ModelOpt checkpoints keep their quantization there, not in config.json)."""
+    revision: str | None = None
+    """The Hub commit the config was read at (``hub`` origin)."""
+    resolution: str = ""
+    """Where the facts came from, in words, for the result's assumptions."""
 
 
 # --------------------------------------------------------------------------- GPUs
@@ -359,14 +364,14 @@ def _looks_like_path(spec: str) -> bool:
     )
 
 
-def load_model(spec: str, *, fresh: bool = True) -> ModelSource:
-    """A catalog entry by Hugging Face id (or its part after the slash, when
-    unambiguous), or a local ``config.json`` / model folder.
+def load_model(spec: str, *, fresh: bool = True, revision: str | None = None) -> ModelSource:
+    """A model's config, from the first place that has it: a local ``config.json`` or model
+    folder; the Hugging Face Hub (a repository id, at `revision`; cached, config files only);
+    the shipped catalog (by id, or the part after the slash when unambiguous), which also
+    answers when the Hub cannot be reached, saying so in ``resolution``.
 
-    A path that exists wins over a catalog id, because a local folder holds
-    the exact checkpoint the user means to serve. ``fresh=False`` hands a
-    catalog entry out without the deep copy of its config, for callers that
-    only read it (the fit calculator, on every request).
+    ``fresh=False`` hands a catalog entry out without the deep copy of its config, for
+    callers that only read it (the fit calculator, on every request).
     """
     spec = spec.strip()
     if not spec:
@@ -375,7 +380,93 @@ def load_model(spec: str, *, fresh: bool = True) -> ModelSource:
     path = Path(spec).expanduser()
     if not is_url and path_exists(path):
         return _load_path(path)
+    repo_id = spec.split("huggingface.co/", 1)[-1].strip("/") if is_url else spec
+    hub_source, why = _from_hub(repo_id, revision)
+    if hub_source is not None:
+        return hub_source
+    try:
+        source = _from_catalog(spec, is_url, fresh)
+    except InputError as exc:
+        if why:  # not on the Hub as far as we could see, and not in the catalog
+            raise InputError("model", f"{exc.message}; {why.split(':')[0]}") from None
+        raise
+    if why:
+        source = dataclasses.replace(source, resolution=why) if fresh else _noted(source, why)
+    return source
 
+
+_NOTED: dict[tuple[str, str], ModelSource] = {}
+
+
+def _noted(source: ModelSource, why: str) -> ModelSource:
+    """The shared catalog entry with where it came from said (one object per entry and
+    reason, so callers that only read keep sharing it)."""
+    key = (source.hf_id, why)
+    if key not in _NOTED:
+        _NOTED[key] = dataclasses.replace(source, resolution=why)
+    return _NOTED[key]
+
+
+def _from_hub(repo_id: str, revision: str | None) -> tuple[ModelSource | None, str]:
+    """The model from the Hub, or (None, why the catalog answers instead). A repository the
+    Hub refuses is an error only when the catalog does not have the model either."""
+    from . import hub
+
+    if not hub.is_repo_id(repo_id) or os.environ.get("INFERWISE_HUB", "").lower() == "off":
+        return None, ""
+    try:
+        files = hub.fetch(repo_id, revision)
+    except InputError as exc:
+        if revision is None and _in_catalog(repo_id):
+            return None, f"the catalog's copy of config.json is used ({exc.message})"
+        raise
+    if files is None:
+        why = (
+            "HF_HUB_OFFLINE is set and the Hub cache has no copy"
+            if hub.HubSettings.from_env().offline
+            else "the Hugging Face Hub could not be reached and its cache has no copy"
+        )
+        return None, f"{why}: the catalog's copy of config.json is used"
+    return _hub_source(files), ""
+
+
+def _in_catalog(repo_id: str) -> bool:
+    by_id, _ = _model_index()
+    return repo_id.lower() in by_id
+
+
+def _hub_source(files: Any) -> ModelSource:
+    config = _read_json(files.config)
+    if not isinstance(config, dict):
+        raise InputError("model", f"{files.repo_id}'s config.json is not a JSON object")
+    quant = files.optional.get("hf_quant_config.json")
+    hf_quant_config = _read_json(quant) if quant else None
+    if not isinstance(hf_quant_config, dict):
+        hf_quant_config = None
+    config, quant_how = _with_modelopt_quantization(config, hf_quant_config)
+    checkpoint_bytes = None
+    index = files.optional.get("model.safetensors.index.json")
+    if index:
+        meta = _read_json(index)
+        total = meta.get("metadata", {}).get("total_size") if isinstance(meta, dict) else None
+        if isinstance(total, int | float) and total > 0:
+            checkpoint_bytes = int(total)
+    where = f"{files.repo_id}@{files.commit or files.revision}"
+    how = "the local Hub cache" if files.from_cache_only else "the Hugging Face Hub"
+    return ModelSource(
+        hf_id=files.repo_id,
+        config=config,
+        source_url=files.source_url,
+        checkpoint_bytes=checkpoint_bytes,
+        origin="hub",
+        notes=quant_how,
+        hf_quant_config=hf_quant_config,
+        revision=files.commit,
+        resolution=f"config.json of {where} from {how}",
+    )
+
+
+def _from_catalog(spec: str, is_url: bool, fresh: bool) -> ModelSource:
     by_id, by_name = _model_index()
     key = spec.lower().split("huggingface.co/", 1)[-1] if is_url else spec.lower()
     key = key.strip("/")

@@ -32,6 +32,12 @@ class Deployment(BaseModel):
         min_length=1,
         max_length=4096,
     )
+    revision: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Hub revision of the model (branch, tag or commit); default: main. "
+        "The commit used is reported as model_revision.",
+    )
     gpu: str | None = Field(
         default=None,
         description="GPU type from the catalog (e.g. h100-sxm-80gb, h200, a100-sxm-80gb, l40s, mi300x; "
@@ -118,7 +124,7 @@ class Deployment(BaseModel):
         description="Engine release (e.g. 0.11.0); default: the current stable release the rules know.",
     )
 
-    @field_validator("model", "gpu", "quantization", "engine_version")
+    @field_validator("model", "gpu", "quantization", "engine_version", "revision")
     @classmethod
     def _not_blank(cls, v: str | None) -> str | None:
         if v is not None and not v.strip():

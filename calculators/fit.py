@@ -143,6 +143,12 @@ class FitResult(BaseModel):
     """Memory fit of one replica (see DESIGN.md `inferwise fit`)."""
 
     model: str
+    model_source: Literal["catalog", "hub", "path"] = Field(
+        default="catalog", description="Where config.json came from."
+    )
+    model_revision: str | None = Field(
+        default=None, description="The Hub commit the config was read at (model_source hub)."
+    )
     gpu: str
     engine: str
     engine_version: str
@@ -356,6 +362,8 @@ def _replica(req: FitRequest, resolved: tuple[ModelSource, ModelArchitecture] | 
 
     notes = _Notes()
     source, arch = resolved or _read_model(req)
+    if source.resolution:
+        notes.assumptions.append(source.resolution)
     notes.assumptions += list(arch.notes)
     _check_parallelism(req, arch)
     gpu, total_gib = _gpu_memory(req, notes)
@@ -395,7 +403,7 @@ def _read_model(req: FitRequest) -> tuple[ModelSource, ModelArchitecture]:
     from .catalog import load_model
 
     # fresh=False: the config is only read here, never changed; no copy needed
-    source = load_model(req.model, fresh=False)
+    source = load_model(req.model, fresh=False, revision=req.revision)
     return source, from_config(source.config, req.hf_overrides)
 
 
@@ -886,6 +894,8 @@ def _result(r: _Replica, **engine_figures: Any) -> FitResult:
     counts = r.counts
     return FitResult(
         model=r.source.hf_id,
+        model_source=r.source.origin,
+        model_revision=r.source.revision,
         gpu=r.gpu_label,
         num_gpus=r.num_gpus,
         tensor_parallel_size=r.req.tensor_parallel_size,

@@ -500,6 +500,8 @@ def _model_max_len(dep: Deployment) -> int | None:
     from .catalog import load_model
 
     try:
-        return int(from_config(load_model(dep.model).config).max_position_embeddings)
+        return int(
+            from_config(load_model(dep.model, revision=dep.revision).config).max_position_embeddings
+        )
     except Exception:  # noqa: BLE001 - only a bound check; the step model already validated the model
         return None

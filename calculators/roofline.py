@@ -478,7 +478,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
             accepted="a catalog id such as h100-sxm-80gb, h200-sxm-141gb, a100-sxm-80gb, mi300x",
         )
     gpu = get_gpu(dep.gpu)
-    source = load_model(dep.model)
+    source = load_model(dep.model, revision=dep.revision)
     arch = from_config(source.config)
     scheme = resolve_quantization(dep.quantization, arch.quantization_config)
     dtype = dep.dtype if dep.dtype != "auto" else (arch.torch_dtype or "bfloat16")

@@ -3,6 +3,7 @@ package the tests import, not files loaded by path) and builders of synthetic st
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -11,6 +12,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# The tests never reach the real Hugging Face Hub: catalog ids resolve from the catalog
+# (a test of the Hub path turns it back on against its stand-in Hub on 127.0.0.1), and
+# every child process a test starts inherits this. Not HF_HUB_OFFLINE: huggingface_hub
+# reads that once at import, so a test could not turn it off again.
+os.environ["INFERWISE_HUB"] = "off"
 
 
 def streamed_records(

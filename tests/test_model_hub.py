@@ -1,0 +1,160 @@
+"""Models from the Hugging Face Hub, against a stand-in Hub on 127.0.0.1: resolution,
+caching, offline use, revisions, gated and missing repositories, no weights downloaded,
+and the token never anywhere but the Authorization header."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hub_standin import HubStandin
+
+from inferwise.calculators import hub
+from inferwise.calculators.catalog import load_model
+from inferwise.calculators.errors import InputError
+from inferwise.calculators.fit import FitRequest, estimate_fit
+
+TOKEN = "hf_" + "x7" * 17
+COMMIT = "c0ffee" + "0" * 34
+LLAMA = dict(load_model("meta-llama/Llama-3.1-8B-Instruct").config)
+MISTRAL_SMALL = {  # the shape of mistralai/Mistral-Small-24B-Instruct-2501's config.json
+    **LLAMA,
+    "architectures": ["MistralForCausalLM"],
+    "model_type": "mistral",
+    "hidden_size": 5120,
+    "intermediate_size": 32768,
+    "num_hidden_layers": 40,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 131072,
+    "max_position_embeddings": 32768,
+    "rope_scaling": None,
+    "sliding_window": None,
+}
+INDEX = {"metadata": {"total_size": 47_144_806_400}, "weight_map": {}}
+REPOS = {
+    "acme/Small-24B": {
+        "files": {
+            "config.json": json.dumps(MISTRAL_SMALL).encode(),
+            "model.safetensors.index.json": json.dumps(INDEX).encode(),
+            "model-00001-of-00010.safetensors": b"\0" * 64,
+        },
+        "commit": COMMIT,
+    },
+    "acme/Gated-8B": {"files": {"config.json": json.dumps(LLAMA).encode()}, "gated": True},
+    "meta-llama/Llama-3.1-8B-Instruct": {
+        "files": {"config.json": json.dumps(LLAMA).encode()},
+        "gated": True,
+    },
+}
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    with HubStandin(REPOS, token=TOKEN) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.delenv("INFERWISE_HUB", raising=False)
+        hub.forget()
+        yield server
+    hub.forget()
+
+
+def fit(model: str, **kw) -> object:
+    return estimate_fit(FitRequest(model=model, gpu="h100", max_model_len=8192, **kw))
+
+
+def test_a_model_outside_the_catalog_is_read_from_the_hub_and_cached(stand_in, monkeypatch):
+    first = fit("acme/Small-24B")
+    assert first.model_source == "hub" and first.model_revision == COMMIT
+    assert first.checkpoint_bytes == INDEX["metadata"]["total_size"]
+    assert any("acme/Small-24B@" + COMMIT in a for a in first.assumptions)
+    assert first.parameters.total > 20e9  # a 24B model, from its config
+    # a second process-level lookup, offline: the Hub cache answers
+    hub.forget()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    again = fit("acme/Small-24B")
+    assert again.model_revision == COMMIT and again.kv_cache_tokens == first.kv_cache_tokens
+    assert any("local Hub cache" in a for a in again.assumptions)
+    assert stand_in.refused == []  # no weight file was asked for
+    assert not any(r.path.endswith(".safetensors") for r in stand_in.requests)
+
+
+def test_a_revision_is_pinned_and_a_bad_one_names_the_flag(stand_in):
+    assert fit("acme/Small-24B", revision=COMMIT).model_revision == COMMIT
+    with pytest.raises(InputError) as err:
+        fit("acme/Small-24B", revision="no-such-branch")
+    assert err.value.field == "revision" and "no-such-branch" in err.value.message
+
+
+def test_gated_and_missing_repositories_are_input_errors_that_say_what_to_do(stand_in, monkeypatch):
+    with pytest.raises(InputError) as gated:
+        fit("acme/Gated-8B")
+    assert "HF_TOKEN" in gated.value.message
+    assert f"{stand_in.endpoint}/acme/Gated-8B" in gated.value.message
+    with pytest.raises(InputError) as missing:
+        fit("acme/No-Such-Model")
+    assert "no model 'acme/No-Such-Model'" in missing.value.message
+    hub.forget()
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    ok = fit("acme/Gated-8B")
+    assert ok.model_source == "hub"
+    assert TOKEN not in ok.model_dump_json()
+    assert stand_in.leaks(TOKEN) == []  # only ever in the Authorization header
+
+
+def test_a_gated_catalog_model_without_a_token_uses_the_catalog_and_says_so(stand_in):
+    result = fit("meta-llama/Llama-3.1-8B-Instruct")
+    assert result.model_source == "catalog"
+    assert any("catalog's copy" in a and "gated" in a for a in result.assumptions)
+
+
+def test_an_unreachable_hub_falls_back_to_the_catalog_quickly(tmp_path, monkeypatch):
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("INFERWISE_HUB", raising=False)
+    hub.forget()
+    t0 = time.monotonic()
+    result = fit("Qwen/Qwen2.5-7B-Instruct")
+    assert time.monotonic() - t0 < 5
+    assert result.model_source == "catalog"
+    assert any("could not be reached" in a for a in result.assumptions)
+    with pytest.raises(InputError, match="could not be reached"):
+        fit("acme/Small-24B")
+    hub.forget()
+
+
+def test_the_cli_says_gated_in_one_line_and_exits_2(stand_in, tmp_path):
+    import os
+
+    env = {**os.environ}
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "inferwise.server",
+            "fit",
+            "--model",
+            "acme/Gated-8B",
+            "--gpu",
+            "h100",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and "HF_TOKEN" in p.stderr
