@@ -306,6 +306,12 @@ def _match(argv: list[str]) -> tuple[Operation | Service | None, list[str]]:
     return None, argv
 
 
+def _error_line(text: str) -> None:
+    """An error is one line on stderr: line breaks a message quotes from the input (a file
+    name, a JSON key) are shown escaped, so a script reading stderr sees one line."""
+    sys.stderr.write(text.replace("\r", "\\r").replace("\n", "\\n") + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -340,13 +346,13 @@ def main(argv: list[str] | None = None) -> int:
             return int(_resolve(target.func_ref)(request) or 0)
         return run_operation(target, rest)
     except UsageError as exc:
-        sys.stderr.write(f"{exc}\n")
+        _error_line(str(exc))
         return 2
     except InputError as exc:
-        sys.stderr.write(f"inferwise {target.name}: {_message_for_cli(exc, model)}\n")
+        _error_line(f"inferwise {target.name}: {_message_for_cli(exc, model)}")
         return 2
     except OperationalError as exc:
-        sys.stderr.write(f"inferwise {target.name}: {exc}\n")
+        _error_line(f"inferwise {target.name}: {exc}")
         return 1
     except KeyboardInterrupt:
         sys.stderr.write(f"inferwise {target.name}: interrupted\n")
@@ -358,9 +364,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         mapped = classify_unexpected(exc)
         if isinstance(mapped, InputError):
-            sys.stderr.write(f"inferwise {target.name}: {_message_for_cli(mapped, model)}\n")
+            _error_line(f"inferwise {target.name}: {_message_for_cli(mapped, model)}")
             return 2
-        sys.stderr.write(f"inferwise {target.name}: {mapped}\n")
+        _error_line(f"inferwise {target.name}: {mapped}")
         return 1
 
 

@@ -51,6 +51,17 @@ VALID = {
 TOOLS = [name for name in BY_TOOL if name in VALID]
 
 
+def fuzz(examples: int):
+    """Hypothesis settings for these tests: no deadline per example (the 10 s limit is
+    checked per call), no example database (each run explores afresh)."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
 def test_every_tool_but_the_probe_is_fuzzed() -> None:
     assert set(BY_TOOL) - set(TOOLS) == {"probe_endpoint"}  # probed against hostile servers
 
@@ -102,12 +113,7 @@ def test_fuzzed_arguments_give_a_result_or_a_worded_error_in_bounded_time(
     monkeypatch.setenv("INFERWISE_DB", str(tmp_path_factory.mktemp("db") / "runs.db"))
     schema = BY_TOOL[tool].output_model.model_json_schema(mode="serialization")
 
-    @settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @fuzz(EXAMPLES)
     @given(mutations(tool))
     def check(mutation: dict) -> None:
         result = call_tool(tool, {**VALID[tool], **mutation})
@@ -244,12 +250,7 @@ def test_fuzzed_command_lines_exit_0_1_or_2_in_bounded_time(tool, tmp_path_facto
 
     monkeypatch.setenv("INFERWISE_DB", str(tmp_path_factory.mktemp("db") / "runs.db"))
 
-    @settings(
-        max_examples=max(20, EXAMPLES // 3),
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @fuzz(max(20, EXAMPLES // 3))
     @given(mutations(tool))
     def check(mutation: dict) -> None:
         argv = to_argv(tool, {**VALID[tool], **mutation})
@@ -280,9 +281,7 @@ def test_fuzzed_workload_files_give_a_plan_or_a_worded_error(tool, tmp_path_fact
     monkeypatch.setenv("INFERWISE_DB", str(tmp_path_factory.mktemp("db") / "runs.db"))
     schema = BY_TOOL[tool].output_model.model_json_schema(mode="serialization")
 
-    @settings(
-        max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck)
-    )
+    @fuzz(EXAMPLES)
     @given(model_dict(Workload))
     def check(workload) -> None:
         workload.setdefault("deployment", WORKLOAD["deployment"])
