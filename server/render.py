@@ -52,6 +52,16 @@ def _bytecode_cache() -> Any:
     return _BestEffortCache(str(folder))
 
 
+def rate(value: Any) -> str:
+    """A rate as people write it: three significant digits (0.001, 2.5, 120), so a slow
+    rate does not print as 0.00."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return fmt(value)
+    if math.isinf(value) or math.isnan(value):
+        return fmt(float(value))
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
 @lru_cache(maxsize=1)
 def environment() -> Any:
     import jinja2
@@ -66,6 +76,7 @@ def environment() -> Any:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["fmt"] = fmt
+    env.filters["rate"] = rate
     return env
 
 

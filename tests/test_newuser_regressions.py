@@ -142,7 +142,7 @@ def test_agentic_budget_says_which_rates_are_tasks_and_which_llm_calls(capsys):
     argv += ["--request-rate", "1", "--slo-e2e-ms", "p95=30000", "--agent-steps", steps]
     assert main([*argv, "--num-requests", "200"]) == 0
     out = capsys.readouterr().out
-    assert "2.00 LLM calls/s = 1.00 tasks/s" in out
+    assert "2 LLM calls/s = 1 tasks/s" in out
     assert "tasks/s per replica** (saturation at" in out
     assert "requests/s" not in out.split("### Agentic task")[0]
 
