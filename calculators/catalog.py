@@ -451,6 +451,14 @@ def _hub_source(files: Any) -> ModelSource:
         total = meta.get("metadata", {}).get("total_size") if isinstance(meta, dict) else None
         if isinstance(total, int | float) and total > 0:
             checkpoint_bytes = int(total)
+    resolution = ""
+    if files.parameters_by_dtype:
+        from .hub import header_bytes
+
+        measured = header_bytes(files.parameters_by_dtype)
+        checkpoint_bytes = measured or checkpoint_bytes
+        counts = ", ".join(f"{n:,} {d}" for d, n in sorted(files.parameters_by_dtype.items()))
+        resolution = f"; checkpoint measured from its safetensors headers: {counts}"
     where = f"{files.repo_id}@{files.commit or files.revision}"
     how = "the local Hub cache" if files.from_cache_only else "the Hugging Face Hub"
     return ModelSource(
@@ -462,7 +470,7 @@ def _hub_source(files: Any) -> ModelSource:
         notes=quant_how,
         hf_quant_config=hf_quant_config,
         revision=files.commit,
-        resolution=f"config.json of {where} from {how}",
+        resolution=f"config.json of {where} from {how}{resolution}",
     )
 
 

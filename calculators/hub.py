@@ -70,6 +70,9 @@ class HubFiles:
     optional: dict[str, Path]
     source_url: str
     from_cache_only: bool
+    parameters_by_dtype: dict[str, int] | None = None
+    """Parameters per safetensors dtype, read from the checkpoint's headers (range requests
+    of a few KB per shard), when the Hub was reached and the repo is in safetensors."""
 
 
 def _quiet() -> None:
@@ -163,6 +166,7 @@ def _fetch(repo_id: str, revision: str, settings: HubSettings, offline: bool) ->
         except (errors.EntryNotFoundError, errors.HfHubHTTPError, OSError):
             continue
     commit = _commit_of(config)
+    headers = None if offline else _header_parameters(repo_id, commit or revision, settings)
     return HubFiles(
         repo_id=repo_id,
         revision=revision,
@@ -171,7 +175,41 @@ def _fetch(repo_id: str, revision: str, settings: HubSettings, offline: bool) ->
         optional=optional,
         source_url=f"{settings.endpoint}/{repo_id}/blob/{commit or revision}/config.json",
         from_cache_only=offline,
+        parameters_by_dtype=headers,
     )
+
+
+SAFETENSORS_BYTES = {
+    "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
+    "I16": 2, "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1,
+}  # fmt: skip
+"""Bytes per element of the safetensors dtypes (the format's own names)."""
+
+
+def _header_parameters(repo_id: str, revision: str, s: HubSettings) -> dict[str, int] | None:
+    """Parameters per dtype from the safetensors headers; None for other formats or on any
+    failure (the config arithmetic then stands alone). Only the headers are read."""
+    from huggingface_hub import HfApi
+
+    try:
+        meta = HfApi(endpoint=s.endpoint).get_safetensors_metadata(
+            repo_id, revision=revision, token=s.token or False, timeout=CONNECT_TIMEOUT_S
+        )
+    except Exception:  # noqa: BLE001 - a refinement: no format, no network, odd headers
+        return None
+    counts = {str(k): int(v) for k, v in (meta.parameter_count or {}).items()}
+    return counts or None
+
+
+def header_bytes(parameters_by_dtype: dict[str, int]) -> int | None:
+    """Checkpoint tensor bytes from the header counts (None for a dtype the table lacks)."""
+    total = 0
+    for dtype, count in parameters_by_dtype.items():
+        size = SAFETENSORS_BYTES.get(dtype.upper())
+        if size is None:
+            return None
+        total += size * count
+    return total
 
 
 @functools.cache

@@ -34,13 +34,36 @@ MISTRAL_SMALL = {  # the shape of mistralai/Mistral-Small-24B-Instruct-2501's co
     "rope_scaling": None,
     "sliding_window": None,
 }
-INDEX = {"metadata": {"total_size": 47_144_806_400}, "weight_map": {}}
+SHARD = "model-00001-of-00001.safetensors"
+TENSORS = {
+    "model.embed_tokens.weight": {"dtype": "BF16", "shape": [131072, 5120]},
+    "model.norm.weight": {"dtype": "F32", "shape": [5120]},
+}
+
+
+def safetensors_header(tensors: dict) -> bytes:
+    """The first bytes of a safetensors file: the header length, then the JSON header (the
+    tensor data is never read, so the stand-in serves only this)."""
+    offset, header = 0, {}
+    for name, t in tensors.items():
+        size = (2 if t["dtype"] == "BF16" else 4) * t["shape"][0] * (t["shape"][1:] or [1])[0]
+        header[name] = {**t, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw
+
+
+INDEX = {
+    "metadata": {"total_size": 47_144_806_400},
+    "weight_map": {name: SHARD for name in TENSORS},
+}
+HEADER_BYTES = 2 * 131072 * 5120 + 4 * 5120
 REPOS = {
     "acme/Small-24B": {
         "files": {
             "config.json": json.dumps(MISTRAL_SMALL).encode(),
             "model.safetensors.index.json": json.dumps(INDEX).encode(),
-            "model-00001-of-00010.safetensors": b"\0" * 64,
+            SHARD: safetensors_header(TENSORS),
         },
         "commit": COMMIT,
     },
@@ -72,8 +95,10 @@ def fit(model: str, **kw) -> object:
 def test_a_model_outside_the_catalog_is_read_from_the_hub_and_cached(stand_in, monkeypatch):
     first = fit("acme/Small-24B")
     assert first.model_source == "hub" and first.model_revision == COMMIT
-    assert first.checkpoint_bytes == INDEX["metadata"]["total_size"]
+    # the checkpoint's own headers, read by range requests, are the measured size
+    assert first.checkpoint_bytes == HEADER_BYTES
     assert any("acme/Small-24B@" + COMMIT in a for a in first.assumptions)
+    assert any("safetensors headers: 671,088,640 BF16, 5,120 F32" in a for a in first.assumptions)
     assert first.parameters.total > 20e9  # a 24B model, from its config
     # a second process-level lookup, offline: the Hub cache answers
     hub.forget()
@@ -81,8 +106,10 @@ def test_a_model_outside_the_catalog_is_read_from_the_hub_and_cached(stand_in, m
     again = fit("acme/Small-24B")
     assert again.model_revision == COMMIT and again.kv_cache_tokens == first.kv_cache_tokens
     assert any("local Hub cache" in a for a in again.assumptions)
-    assert stand_in.refused == []  # no weight file was asked for
-    assert not any(r.path.endswith(".safetensors") for r in stand_in.requests)
+    assert again.checkpoint_bytes == INDEX["metadata"]["total_size"]  # offline: the index
+    assert stand_in.refused == []  # no weight file was downloaded whole
+    shard_gets = [r for r in stand_in.requests if r.path.endswith(".safetensors")]
+    assert shard_gets and all("range" in r.headers for r in shard_gets if r.method == "GET")
 
 
 def test_a_revision_is_pinned_and_a_bad_one_names_the_flag(stand_in):
