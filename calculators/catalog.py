@@ -383,7 +383,7 @@ def load_model(spec: str, *, fresh: bool = True, revision: str | None = None) ->
     repo_id = spec.split("huggingface.co/", 1)[-1].strip("/") if is_url else spec
     hub_source, why = _from_hub(repo_id, revision)
     if hub_source is not None:
-        return hub_source
+        return _fresh(hub_source) if fresh else hub_source
     try:
         source = _from_catalog(spec, is_url, fresh)
     except InputError as exc:
@@ -427,7 +427,13 @@ def _from_hub(repo_id: str, revision: str | None) -> tuple[ModelSource | None, s
             else "the Hugging Face Hub could not be reached and its cache has no copy"
         )
         return None, f"{why}: the catalog's copy of config.json is used"
-    return _hub_source(files), ""
+    key = (files.repo_id, files.revision, files.commit, files.from_cache_only, str(files.config))
+    if key not in _HUB_SOURCES:  # read and normalised once per process, as catalog entries
+        _HUB_SOURCES[key] = _hub_source(files)
+    return _HUB_SOURCES[key], ""
+
+
+_HUB_SOURCES: dict[tuple[Any, ...], ModelSource] = {}
 
 
 def _in_catalog(repo_id: str) -> bool:

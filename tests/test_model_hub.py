@@ -100,6 +100,8 @@ def test_a_model_outside_the_catalog_is_read_from_the_hub_and_cached(stand_in, m
     assert any("acme/Small-24B@" + COMMIT in a for a in first.assumptions)
     assert any("safetensors headers: 671,088,640 BF16, 5,120 F32" in a for a in first.assumptions)
     assert first.parameters.total > 20e9  # a 24B model, from its config
+    # read and normalised once: later calls share it (as catalog entries are shared)
+    assert load_model("acme/Small-24B", fresh=False) is load_model("acme/Small-24B", fresh=False)
     # a second process-level lookup, offline: the Hub cache answers
     hub.forget()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
