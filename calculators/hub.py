@@ -32,6 +32,7 @@ OPTIONAL_FILES = ("hf_quant_config.json", "model.safetensors.index.json")
 CONNECT_TIMEOUT_S = 5.0
 RETRY_AFTER_FAILURE_S = 60.0
 _unreachable_until = 0.0
+_resolved: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,19 @@ def fetch(repo_id: str, revision: str | None = None) -> HubFiles | None:
     if not offline and not _reachable(repo_id, revision or "main", settings):
         _unreachable_until = time.monotonic() + RETRY_AFTER_FAILURE_S
         offline = True
-    return _fetch(repo_id, revision or "main", settings, offline)
+    files = _fetch(repo_id, revision or "main", settings, offline)
+    _resolved.add((repo_id, revision or "main"))
+    return files
+
+
+def may_reach_network(model: str | None, revision: str | None = None) -> bool:
+    """Whether resolving `model` could ask the Hub now: a repository id this process has
+    not resolved yet, with the Hub not turned off. The MCP server runs such a call on a
+    worker thread instead of its event loop."""
+    if not model or os.environ.get("INFERWISE_HUB", "").lower() == "off":
+        return False
+    spec = model.strip().split("huggingface.co/", 1)[-1].strip("/")
+    return is_repo_id(spec) and (spec, revision or "main") not in _resolved
 
 
 @functools.lru_cache(maxsize=512)
@@ -258,5 +271,6 @@ def forget() -> None:
     """Drop what this process remembers of the Hub (tests switch endpoints)."""
     global _unreachable_until
     _unreachable_until = 0.0
+    _resolved.clear()
     _fetch.cache_clear()
     _reachable.cache_clear()

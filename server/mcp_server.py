@@ -215,11 +215,20 @@ async def _run(op: Operation, request: Any, ctx: Any, strict_probe_policy: Any) 
     # Fast pure calculations run on the event loop: the hop to a worker thread
     # and back costs more than they do. Anything slow or doing I/O keeps the
     # thread, so the server stays responsive (progress, cancellation, pings).
-    if op.extra.get("inline", op.tool_name in INLINE_TOOLS):
+    if op.extra.get("inline", op.tool_name in INLINE_TOOLS) and not _may_fetch(request):
         return _bounded(op.func)(request)
     import anyio
 
     return await anyio.to_thread.run_sync(_bounded(op.func), request, limiter=_heavy_limiter())
+
+
+def _may_fetch(request: Any) -> bool:
+    """A model id not yet resolved may be read from the Hub: network I/O, not for the loop."""
+    from inferwise.calculators import hub
+
+    return hub.may_reach_network(
+        getattr(request, "model", None), getattr(request, "revision", None)
+    )
 
 
 def _tool_error(exc: Exception) -> Exception:

@@ -187,3 +187,14 @@ def test_the_cli_says_gated_in_one_line_and_exits_2(stand_in, tmp_path):
     )
     assert p.returncode == 2
     assert p.stderr.count("\n") == 1 and "HF_TOKEN" in p.stderr
+
+
+def test_the_mcp_server_keeps_a_first_hub_lookup_off_its_event_loop(stand_in) -> None:
+    """A fit is fast enough to run on the event loop, but not while its model may still
+    have to be fetched: then it runs on a worker thread."""
+    from inferwise.server.mcp_server import _may_fetch
+
+    req = FitRequest(model="acme/Small-24B", gpu="h100")
+    assert _may_fetch(req)
+    fit("acme/Small-24B")
+    assert not _may_fetch(req)  # resolved in this process: inline again
