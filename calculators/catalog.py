@@ -18,7 +18,6 @@ import copy
 import dataclasses
 import difflib
 import json
-import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -278,6 +277,13 @@ def list_models() -> list[ModelSource]:
     return [_fresh(m) for m in _models()]
 
 
+def _index_total_size(index_path: Path) -> int | None:
+    """A shard index's ``metadata.total_size``: the checkpoint's tensor bytes."""
+    index = _read_json(index_path)
+    total = index.get("metadata", {}).get("total_size") if isinstance(index, dict) else None
+    return int(total) if isinstance(total, int | float) and total > 0 else None
+
+
 def _checkpoint_bytes(folder: Path) -> tuple[int | None, str]:
     """Exact checkpoint size of a local model folder, and how it was found.
 
@@ -287,12 +293,9 @@ def _checkpoint_bytes(folder: Path) -> tuple[int | None, str]:
     """
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index_path = folder / index_name
-        if not index_path.is_file():
-            continue
-        index = _read_json(index_path)
-        total = index.get("metadata", {}).get("total_size") if isinstance(index, dict) else None
-        if isinstance(total, (int, float)) and total > 0:
-            return int(total), f"checkpoint bytes from {index_name} metadata.total_size"
+        total = _index_total_size(index_path) if index_path.is_file() else None
+        if total:
+            return total, f"checkpoint bytes from {index_name} metadata.total_size"
     files = sorted(folder.glob("*.safetensors"))
     if files:
         total = sum(f.stat().st_size for f in files)
@@ -380,8 +383,7 @@ def load_model(spec: str, *, fresh: bool = True, revision: str | None = None) ->
     path = Path(spec).expanduser()
     if not is_url and path_exists(path):
         return _load_path(path)
-    repo_id = spec.split("huggingface.co/", 1)[-1].strip("/") if is_url else spec
-    hub_source, why = _from_hub(repo_id, revision)
+    hub_source, why = _from_hub(spec, revision)
     if hub_source is not None:
         return _fresh(hub_source) if fresh else hub_source
     try:
@@ -407,12 +409,13 @@ def _noted(source: ModelSource, why: str) -> ModelSource:
     return _NOTED[key]
 
 
-def _from_hub(repo_id: str, revision: str | None) -> tuple[ModelSource | None, str]:
+def _from_hub(spec: str, revision: str | None) -> tuple[ModelSource | None, str]:
     """The model from the Hub, or (None, why the catalog answers instead). A repository the
     Hub refuses is an error only when the catalog does not have the model either."""
     from . import hub
 
-    if not hub.is_repo_id(repo_id) or os.environ.get("INFERWISE_HUB", "").lower() == "off":
+    repo_id = hub.repo_id_of(spec)
+    if not hub.is_repo_id(repo_id) or not hub.enabled():
         return None, ""
     try:
         files = hub.fetch(repo_id, revision)
@@ -450,13 +453,8 @@ def _hub_source(files: Any) -> ModelSource:
     if not isinstance(hf_quant_config, dict):
         hf_quant_config = None
     config, quant_how = _with_modelopt_quantization(config, hf_quant_config)
-    checkpoint_bytes = None
     index = files.optional.get("model.safetensors.index.json")
-    if index:
-        meta = _read_json(index)
-        total = meta.get("metadata", {}).get("total_size") if isinstance(meta, dict) else None
-        if isinstance(total, int | float) and total > 0:
-            checkpoint_bytes = int(total)
+    checkpoint_bytes = _index_total_size(index) if index else None
     resolution = ""
     if files.parameters_by_dtype:
         from .hub import header_bytes
@@ -482,8 +480,9 @@ def _hub_source(files: Any) -> ModelSource:
 
 def _from_catalog(spec: str, is_url: bool, fresh: bool) -> ModelSource:
     by_id, by_name = _model_index()
-    key = spec.lower().split("huggingface.co/", 1)[-1] if is_url else spec.lower()
-    key = key.strip("/")
+    from .hub import repo_id_of
+
+    key = repo_id_of(spec).lower().strip("/")
     if key in by_id:
         return _fresh(by_id[key]) if fresh else by_id[key]
     if "/" not in key and key in by_name:

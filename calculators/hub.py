@@ -32,7 +32,9 @@ OPTIONAL_FILES = ("hf_quant_config.json", "model.safetensors.index.json")
 CONNECT_TIMEOUT_S = 5.0
 RETRY_AFTER_FAILURE_S = 60.0
 _unreachable_until = 0.0
-_resolved: set[tuple[str, str]] = set()
+_answers: dict[tuple[str, str, HubSettings], HubFiles | InputError] = {}
+"""What the Hub said per repo, revision and settings: files, or the refusal. "Not
+reachable" is not kept: after RETRY_AFTER_FAILURE_S the Hub is asked again."""
 
 
 @dataclass(frozen=True)
@@ -96,26 +98,50 @@ def fetch(repo_id: str, revision: str | None = None) -> HubFiles | None:
     global _unreachable_until
     _quiet()
     settings = HubSettings.from_env()
+    key = (repo_id, revision or "main", settings)
+    known = _answers.get(key)
+    if isinstance(known, InputError):
+        raise known
+    if known is not None:
+        return known
     offline = settings.offline or time.monotonic() < _unreachable_until
     if not offline and not _reachable(repo_id, revision or "main", settings):
         _unreachable_until = time.monotonic() + RETRY_AFTER_FAILURE_S
         offline = True
-    files = _fetch(repo_id, revision or "main", settings, offline)
-    _resolved.add((repo_id, revision or "main"))
+    try:
+        files = _fetch(repo_id, revision or "main", settings, offline)
+    except InputError as exc:
+        _answers[key] = exc
+        raise
+    if files is not None:
+        _answers[key] = files
     return files
 
 
+def enabled() -> bool:
+    """False when ``INFERWISE_HUB=off``: only local paths and the catalog answer."""
+    return os.environ.get("INFERWISE_HUB", "").strip().lower() != "off"
+
+
+def repo_id_of(spec: str) -> str:
+    """The repository id in a model spec (a Hub URL is reduced to its id)."""
+    spec = spec.strip()
+    if spec.lower().startswith(("https://huggingface.co/", "http://huggingface.co/")):
+        return spec.split("huggingface.co/", 1)[-1].strip("/")
+    return spec
+
+
 def may_reach_network(model: str | None, revision: str | None = None) -> bool:
-    """Whether resolving `model` could ask the Hub now: a repository id this process has
-    not resolved yet, with the Hub not turned off. The MCP server runs such a call on a
-    worker thread instead of its event loop."""
-    if not model or os.environ.get("INFERWISE_HUB", "").lower() == "off":
+    """Whether resolving `model` could ask the Hub now: a repository id whose answer this
+    process does not hold, with the Hub not turned off. The MCP server runs such a call on
+    a worker thread instead of its event loop."""
+    if not model or not enabled():
         return False
-    spec = model.strip().split("huggingface.co/", 1)[-1].strip("/")
-    return is_repo_id(spec) and (spec, revision or "main") not in _resolved
+    spec = repo_id_of(model)
+    key = (spec, revision or "main", HubSettings.from_env())
+    return is_repo_id(spec) and key not in _answers
 
 
-@functools.lru_cache(maxsize=512)
 def _reachable(repo_id: str, revision: str, settings: HubSettings) -> bool:
     """One HEAD request without retries: does the Hub answer at all? huggingface_hub
     retries a failed connection five times with back-off (23 s measured) before it looks
@@ -135,9 +161,8 @@ def _reachable(repo_id: str, revision: str, settings: HubSettings) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=512)
 def _fetch(repo_id: str, revision: str, settings: HubSettings, offline: bool) -> HubFiles | None:
-    """Memoised per process: the same repo and revision is read once per settings."""
+    """The files from the cache (`offline`) or the Hub; the answer is kept by `fetch`."""
     global _unreachable_until
     from huggingface_hub import errors
 
@@ -271,6 +296,4 @@ def forget() -> None:
     """Drop what this process remembers of the Hub (tests switch endpoints)."""
     global _unreachable_until
     _unreachable_until = 0.0
-    _resolved.clear()
-    _fetch.cache_clear()
-    _reachable.cache_clear()
+    _answers.clear()

@@ -214,7 +214,8 @@ class HubStandin:
         self.stop()
 
     def start(self) -> None:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        # a restart keeps the port, so a test can take the Hub away and bring it back
+        server = ThreadingHTTPServer(("127.0.0.1", self._port or 0), _make_handler(self))
         server.daemon_threads = True
         self._server = server
         self._port = int(server.server_address[1])

@@ -198,3 +198,26 @@ def test_the_mcp_server_keeps_a_first_hub_lookup_off_its_event_loop(stand_in) ->
     assert _may_fetch(req)
     fit("acme/Small-24B")
     assert not _may_fetch(req)  # resolved in this process: inline again
+
+
+def test_an_unreachable_hub_is_asked_again_after_the_pause(tmp_path, monkeypatch) -> None:
+    """'Not reachable' is not remembered for ever: once the pause has passed, the same Hub
+    is asked again and its answer used."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("INFERWISE_HUB", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    hub.forget()
+    server = HubStandin(REPOS, token=TOKEN)
+    server.start()
+    monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+    server.stop()  # the Hub goes away
+    assert hub.fetch("acme/Small-24B") is None
+    server.start()  # and comes back, at the same address
+    try:
+        monkeypatch.setattr(hub, "_unreachable_until", 0.0)  # the pause is over
+        files = hub.fetch("acme/Small-24B")
+        assert files is not None and files.commit == COMMIT
+    finally:
+        server.stop()
+        hub.forget()
