@@ -503,14 +503,9 @@ def _not_computed(notes: list[str]) -> list[str]:
 
 
 def _typical(dist: Any) -> float | None:
-    """A calculator distribution (Percentiles, or a dict of mean/p50/...) or a plain number,
-    as one typical value: its median."""
-    if hasattr(dist, "p50"):
-        return float(dist.p50)
-    if isinstance(dist, dict):
-        v = dist.get("p50", dist.get("mean"))
-        return float(v) if isinstance(v, (int, float)) else None
-    return float(dist) if isinstance(dist, (int, float)) else None
+    """A calculator's distribution (its Percentiles, or none) as one typical value: the
+    median."""
+    return float(dist.p50) if dist is not None else None
 
 
 def _sizing_lengths(a: Analysis) -> tuple[float | None, float | None]:
