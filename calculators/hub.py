@@ -133,13 +133,16 @@ def repo_id_of(spec: str) -> str:
 
 def may_reach_network(model: str | None, revision: str | None = None) -> bool:
     """Whether resolving `model` could ask the Hub now: a repository id whose answer this
-    process does not hold, with the Hub not turned off. The MCP server runs such a call on
-    a worker thread instead of its event loop."""
+    process does not hold, with the Hub neither turned off, offline, nor in its pause after a
+    failed connection. The MCP server runs such a call on a worker thread instead of its
+    event loop."""
     if not model or not enabled():
         return False
+    settings = HubSettings.from_env()
+    if settings.offline or time.monotonic() < _unreachable_until:
+        return False  # only the local cache is read until the pause is over
     spec = repo_id_of(model)
-    key = (spec, revision or "main", HubSettings.from_env())
-    return is_repo_id(spec) and key not in _answers
+    return is_repo_id(spec) and (spec, revision or "main", settings) not in _answers
 
 
 def _reachable(repo_id: str, revision: str, settings: HubSettings) -> bool:

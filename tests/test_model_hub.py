@@ -162,6 +162,8 @@ def test_an_unreachable_hub_falls_back_to_the_catalog_quickly(tmp_path, monkeypa
     assert any("could not be reached" in a for a in result.assumptions)
     with pytest.raises(InputError, match="could not be reached"):
         fit("acme/Small-24B")
+    # within the pause only the cache is read: an MCP fit may run on the event loop again
+    assert not hub.may_reach_network("acme/Small-24B")
     hub.forget()
 
 
