@@ -87,11 +87,13 @@ def predict(req: PredictRequest) -> PredictResult:
     return _PREDICT.get_or_compute(_key(req), lambda: predict_performance(req))
 
 
-def budget(req: BudgetRequest) -> BudgetResult:
-    """``inferwise budget``, memoised."""
+def budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetResult:
+    """``inferwise budget``, memoised (``find_max_rate=False``: the design point only)."""
     from .budget import decompose_budget
 
-    return _BUDGET.get_or_compute(_key(req), lambda: decompose_budget(req))
+    return _BUDGET.get_or_compute(
+        _key(req, find_max_rate), lambda: decompose_budget(req, find_max_rate=find_max_rate)
+    )
 
 
 def clear_memos() -> None:

@@ -326,6 +326,11 @@ class BudgetResult(BaseModel):
     saturation_request_rate: float = Field(
         description="Rate at which one replica saturates (queue grows without bound); tasks/s with agent_steps."
     )
+    slo_attainment: float = Field(
+        description="Share of the simulated requests at the design load that meet every target "
+        "(per request: TTFT, mean ITL and end-to-end latency each at or under the metric's "
+        "highest-percentile target): the goodput fraction cost per successful request divides by."
+    )
     replicas_needed: int | None = Field(
         description="Replicas for request_rate x peak_to_mean at max_rate_under_slo each; null when no rate meets the targets."
     )
@@ -450,6 +455,32 @@ def _client_metrics(stats: Any, res: Any, costs: _Costs) -> dict[str, Any]:
         "itl_values": res.itl_values,
         "itl_weights": res.itl_weights,
     }
+
+
+def _attainment(req: BudgetRequest, m: dict[str, Any], task_ms: dict[str, float] | None) -> float:
+    """Share of requests meeting every target, each metric at its highest-percentile target
+    (the threshold that almost every request must stay under; as vLLM's ``--goodput``).
+
+    Agentic tasks are judged as a whole by their percentiles, not request by request,
+    so their share is 1 or 0."""
+    import numpy as np
+
+    if task_ms is not None:
+        return float(all(c.met for c in _checks(req, m, task_ms)))
+    n = len(m["ttft"])
+    if n == 0:
+        return 0.0
+    ok = np.ones(n, dtype=bool)
+    for slo, values in (
+        (req.slo_ttft_ms, m["ttft"]),
+        (req.slo_itl_ms, m["tpot"]),
+        (req.slo_e2e_ms, m["e2e"]),
+    ):
+        if slo:
+            limit = slo[max(slo, key=lambda k: float(k[1:]))]
+            v = np.asarray(values, dtype=float)
+            ok &= np.isnan(v) | (v <= limit)  # nan: a one-token output has no gap to judge
+    return float(ok.mean())
 
 
 def _itl_pct(m: dict[str, Any], key: str) -> float:
@@ -702,8 +733,14 @@ def _check_request(req: BudgetRequest) -> None:
         raise InputError("agent_steps", "the task has no llm step for this deployment to serve")
 
 
-def decompose_budget(req: BudgetRequest) -> BudgetResult:
-    """Budget the SLOs over the stages; see the module docstring."""
+def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetResult:
+    """Budget the SLOs over the stages; see the module docstring.
+
+    ``find_max_rate=False`` skips the rate search (about ten simulations) for a
+    caller that already knows the rate and only needs the design point: the
+    recommender checking a fleet it sized. ``max_rate_under_slo`` and
+    ``replicas_needed`` are then null.
+    """
     from .predict import percentiles, saturation_point, weighted_percentiles
     from .roofline import StepModel
 
@@ -731,7 +768,11 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
 
     mean_in, mean_out = (float(a.mean()) for a in wl.arrays(256))
     sat = saturation_point(model, mean_in, mean_out)
-    max_rate, max_conc = _load_that_fits(req, model, wl, costs, conc, sat.max_requests_per_s)
+    max_rate, max_conc = (
+        _load_that_fits(req, model, wl, costs, conc, sat.max_requests_per_s)
+        if find_max_rate
+        else (None, None)
+    )
     replicas = None
     if req.request_rate is not None and max_rate:
         replicas = max(1, math.ceil(req.request_rate * req.peak_to_mean / max_rate - 1e-9))
@@ -752,6 +793,7 @@ def decompose_budget(req: BudgetRequest) -> BudgetResult:
         why=_why(checks, components, key),
         max_rate_under_slo=max_rate,
         max_concurrency_under_slo=max_conc,
+        slo_attainment=_attainment(req, m, task_ms),
         saturation_request_rate=sat.max_requests_per_s / wl.calls_per_task,
         replicas_needed=replicas,
         ttft_ms=measured(percentiles(m["ttft"]), "TTFT"),

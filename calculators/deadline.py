@@ -12,6 +12,7 @@ threads each have their own; code run without a budget is never stopped.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -27,16 +28,17 @@ DEFAULT_BUDGET_S = 8.0
 BUDGET_ENV = "INFERWISE_COMPUTE_BUDGET_S"
 
 
-def default_budget_s() -> float | None:
+def default_budget_s(default: float = DEFAULT_BUDGET_S) -> float | None:
     """The budget the doors give one operation: $INFERWISE_COMPUTE_BUDGET_S (0 = none),
-    else DEFAULT_BUDGET_S. A bad value falls back to the default."""
+    else ``default`` (the operation's own, for a search that runs many calculations).
+    A bad value falls back to the default."""
     raw = os.environ.get(BUDGET_ENV, "").strip()
     if not raw:
-        return DEFAULT_BUDGET_S
+        return default
     try:
         value = float(raw)
     except ValueError:
-        return DEFAULT_BUDGET_S
+        return default
     return None if value <= 0 else value
 
 
@@ -61,3 +63,10 @@ def check() -> None:
             f"the computation ran past its time budget of {limit[1]:g} s and was stopped; "
             "fewer simulated requests (num_requests) or shorter lengths finish sooner"
         )
+
+
+def remaining_s() -> float:
+    """Seconds left in the current budget (infinite without one): a search stops starting
+    new work before its budget would stop it in the middle."""
+    limit = _deadline.get()
+    return math.inf if limit is None else limit[0] - time.monotonic()

@@ -50,7 +50,11 @@ SUPPORTED_METHODS = (
     "bitsandbytes",
     "int8",
     "experts_int8",
+    "int4",
 )
+INT4_WHAT_IF = "int4"
+"""A what-if for an unquantized checkpoint: the same model as a W4A16 INT4 checkpoint
+(AWQ/GPTQ-style, group size 128), which has to be made or found before it is served."""
 
 
 def dtype_bytes(dtype: str, field_name: str = "dtype") -> float:
@@ -270,6 +274,13 @@ def resolve_quantization(flag: str | None, checkpoint_config: dict[str, Any] | N
             1.0,
             "INT8 weights quantized at load time",
             experts_only=method == "experts_int8",
+        )
+    if method == INT4_WHAT_IF:
+        return QuantScheme(
+            INT4_WHAT_IF,
+            _int_scheme(4, 128, 2.0, 4.0),
+            "INT4 weights, group size 128 (what-if: an AWQ/GPTQ checkpoint of this model, "
+            "served with vLLM's Marlin kernels; quality must be re-evaluated)",
         )
     if method == "bitsandbytes":
         return QuantScheme(

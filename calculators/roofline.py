@@ -431,7 +431,7 @@ def shape_from_architecture(
     )
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=1024)
 def _cached_step_model(dep_json: str) -> StepModel:
     """Step models are pure functions of the deployment; repeated questions about
     the same deployment (an MCP session, a rate search) reuse them."""

@@ -66,9 +66,27 @@ class Percentiles(_Strict):
         return t[1] if t else None
 
 
+class CandidateModel(_Strict):
+    """A model the product may use and its score on the product's own evaluation."""
+
+    model: str = Field(min_length=1, max_length=4096, description="Hugging Face id or path.")
+    quality: float | None = Field(
+        default=None, description="The product evaluation's score (same scale as the floor)."
+    )
+
+
 class Product(_Strict):
     quality_floor: str | None = Field(
         default=None, description="The quality the product must keep (eval name and minimum score)."
+    )
+    quality_floor_score: float | None = Field(
+        default=None,
+        description="The evaluation's minimum score; candidate models below it are rejected.",
+    )
+    candidate_models: list[CandidateModel] | None = Field(
+        default=None,
+        max_length=8,
+        description="Models to choose from, with their measured quality.",
     )
     streaming: bool | None = Field(default=None, description="Tokens are streamed to the user.")
     modality: Literal["text", "embeddings", "vision", "audio", "image", "video"] | None = None
@@ -99,6 +117,12 @@ class Traffic(_Strict):
     agentic_steps: int | None = Field(
         default=None, ge=1, description="LLM and tool calls per task (agentic flows)."
     )
+    hourly_rate_rps: list[Annotated[float, Field(ge=0, le=1e6)]] | None = Field(
+        default=None,
+        min_length=24,
+        max_length=24,
+        description="A day's profile: 24 mean arrival rates (requests/s), hour 0 first.",
+    )
 
 
 class Slo(_Strict):
@@ -116,6 +140,10 @@ class Constraints(_Strict):
     gpus: list[str] | None = Field(default=None, description="GPU catalog ids that may be used.")
     max_gpus: int | None = Field(default=None, ge=1)
     budget_usd_per_hour: float | None = Field(default=None, ge=0)
+    gpu_prices_usd_per_hour: dict[str, Annotated[float, Field(gt=0, le=10_000)]] | None = Field(
+        default=None,
+        description="Your prices, USD per GPU-hour by GPU id; override the shipped table.",
+    )
     regions: list[str] | None = None
     data_residency: str | None = None
     license: str | None = None
@@ -148,6 +176,10 @@ class WorkloadDeployment(_Strict):
         default=None, description="How requests are spread over replicas."
     )
     scale_to_zero: bool | None = None
+    min_replicas: int | None = Field(default=None, ge=0, le=10_000)
+    cold_start_s: float | None = Field(
+        default=None, ge=0, le=86_400, description="Seconds from scale-up to a serving replica."
+    )
     idle_timeout_s: float | None = Field(default=None, ge=0)
 
 

@@ -268,7 +268,7 @@ def run_operation(op: Operation, argv: list[str]) -> int:
     else:
         from inferwise.calculators.deadline import compute_budget, default_budget_s
 
-        with compute_budget(default_budget_s()):
+        with compute_budget(default_budget_s(op.compute_budget_s)):
             result = op.func(request)
     if wants_json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")

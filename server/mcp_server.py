@@ -129,13 +129,13 @@ def _heavy_limiter() -> Any:
     return anyio.CapacityLimiter(HEAVY_CALLS_AT_ONCE)
 
 
-def _bounded(func: Any) -> Any:
-    """`func(request)` under the compute budget (set on the thread that runs it)."""
+def _bounded(op: Operation) -> Any:
+    """`op.func(request)` under the compute budget (set on the thread that runs it)."""
     from inferwise.calculators.deadline import compute_budget, default_budget_s
 
     def run(request: Any) -> Any:
-        with compute_budget(default_budget_s()):
-            return func(request)
+        with compute_budget(default_budget_s(op.compute_budget_s)):
+            return op.func(request)
 
     return run
 
@@ -216,10 +216,10 @@ async def _run(op: Operation, request: Any, ctx: Any, strict_probe_policy: Any) 
     # and back costs more than they do. Anything slow or doing I/O keeps the
     # thread, so the server stays responsive (progress, cancellation, pings).
     if op.extra.get("inline", op.tool_name in INLINE_TOOLS) and not _may_fetch(request):
-        return _bounded(op.func)(request)
+        return _bounded(op)(request)
     import anyio
 
-    return await anyio.to_thread.run_sync(_bounded(op.func), request, limiter=_heavy_limiter())
+    return await anyio.to_thread.run_sync(_bounded(op), request, limiter=_heavy_limiter())
 
 
 def _may_fetch(request: Any) -> bool:

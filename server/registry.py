@@ -52,6 +52,9 @@ class Operation:
     exit_nonzero_field: str | None = None
     """Output attribute that, when truthy, makes the CLI exit 1 (operational failure)."""
     extra: dict[str, Any] = field(default_factory=dict)
+    compute_budget_s: float = 8.0
+    """Compute budget of one call (calculators.deadline): a search runs thousands of
+    calculations and gets more than one calculation does."""
 
     @cached_property
     def input_model(self) -> Any:
@@ -125,6 +128,26 @@ OPERATIONS: list[Operation] = [
             "network and processing costs, and the deployment. Returns per-stage budget vs "
             "prediction, the binding stage and the maximum rate under the SLO."
         ),
+    ),
+    Operation(
+        name="recommend",
+        summary="Design the deployment: search GPU, parallelism, precision and batch limits; price the fleet that meets the SLO.",
+        input_ref=f"{_K}.recommending:RecommendRequest",
+        output_ref=f"{_C}.recommend.result:RecommendResult",
+        func_ref=f"{_K}.recommending:recommend_deployment",
+        template="recommend.md.j2",
+        tool_name="recommend_deployment",
+        title="Recommend a deployment",
+        description=(
+            "Use this when the question is what to deploy: given the model(s), traffic (mean rate, "
+            "peak_to_mean), prompt/output lengths, SLO targets (ms by percentile), availability and "
+            "constraints (GPU types, max_gpus, budget, prices), it searches GPU type x tensor/"
+            "pipeline parallelism x weights (bf16/fp8/int4) x KV dtype x batch limits, simulates "
+            "the survivors and returns the cheapest fleets that meet every target: replicas, "
+            "spares, $/hour, $ per million tokens and per successful request, the vllm serve line "
+            "and the probe that verifies it."
+        ),
+        compute_budget_s=120.0,
     ),
     Operation(
         name="probe",

@@ -1,0 +1,1 @@
+"""The deployment recommender: requirements in, priced and checked fleets out (see search)."""

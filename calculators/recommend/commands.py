@@ -1,0 +1,76 @@
+"""The lines a user runs: start the recommended replica, and probe it at its design load."""
+
+from __future__ import annotations
+
+from .screen import Screened
+from .space import FP8, INT4
+from .spec import SearchSpec
+
+VERIFY_REQUESTS = 200
+"""Enough requests for a p95 with a few samples beyond it; a minute or two of load."""
+
+
+def serve_command(s: Screened, spec: SearchSpec) -> str:
+    """The exact engine start line of one replica."""
+    c = s.config
+    if spec.engine == "sglang":
+        parts = [
+            "python -m sglang.launch_server",
+            f"--model-path {c.model}",
+            f"--tp {c.tensor_parallel_size}",
+            *([f"--pp-size {c.pipeline_parallel_size}"] if c.pipeline_parallel_size > 1 else []),
+            *(["--quantization fp8"] if c.quantization == FP8 else []),
+            *(["--kv-cache-dtype fp8_e4m3"] if c.kv_cache_dtype == "fp8" else []),
+            f"--context-length {s.max_model_len}",
+            f"--max-running-requests {s.max_num_seqs}",
+            f"--chunked-prefill-size {s.max_num_batched_tokens}",
+            *([f"--revision {c.revision}"] if c.revision else []),
+        ]
+        return " ".join(parts)
+    parts = [
+        f"vllm serve {c.model}",
+        *([f"--revision {c.revision}"] if c.revision else []),
+        f"--tensor-parallel-size {c.tensor_parallel_size}",
+        *(
+            [f"--pipeline-parallel-size {c.pipeline_parallel_size}"]
+            if c.pipeline_parallel_size > 1
+            else []
+        ),
+        *(["--quantization fp8"] if c.quantization == FP8 else []),
+        *(["--kv-cache-dtype fp8"] if c.kv_cache_dtype == "fp8" else []),
+        f"--max-model-len {s.max_model_len}",
+        f"--max-num-seqs {s.max_num_seqs}",
+        f"--max-num-batched-tokens {s.max_num_batched_tokens}",
+        "--gpu-memory-utilization 0.9",
+    ]
+    line = " ".join(parts)
+    if c.quantization == INT4:
+        # the weights must come from an INT4 checkpoint of the model; vLLM reads its config
+        line = line.replace(f"serve {c.model}", f"serve <AWQ/GPTQ INT4 checkpoint of {c.model}>")
+    return line
+
+
+def verify_command(s: Screened, spec: SearchSpec, design_rate_per_s: float) -> str:
+    """The probe that confirms the prediction at one replica's design load."""
+    inp, out = spec.input_tokens, spec.output_tokens
+    parts = [
+        "inferwise probe http://HOST:8000",
+        f"--model {s.config.model}",
+        f"--request-rate {design_rate_per_s:.3g}",
+        f"--requests {VERIFY_REQUESTS}",
+        f"--input-tokens {round(inp.mean)}",
+        f"--output-tokens {round(out.mean)}",
+    ]
+    if inp.p95:
+        parts.append(f"--input-distribution lognormal --input-spread {inp.cv:.2f}")
+    if out.p95:
+        parts.append(f"--output-distribution lognormal --output-spread {out.cv:.2f}")
+    parts.append("--ignore-eos")
+    for metric, slo in (
+        ("ttft_ms", spec.slo_ttft_ms),
+        ("itl_ms", spec.slo_itl_ms),
+        ("e2e_ms", spec.slo_e2e_ms),
+    ):
+        if slo:
+            parts.append(f"--slo {metric}={slo[max(slo, key=lambda k: float(k[1:]))]:g}")
+    return " ".join(parts)

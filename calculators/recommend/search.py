@@ -1,0 +1,645 @@
+"""The deployment search: requirements in, a ranked, priced, checked set of fleets out.
+
+Stages, cheapest first (each only sees what the one before let through):
+
+1. models below the quality floor (plus margin) are dropped;
+2. the space is enumerated (``space``): GPU x parallelism x weights x KV dtype x
+   batch limits, with the context window chosen per memory layout;
+3. every configuration is fitted and bounded analytically (``screen``): the
+   saturation rate gives a lower bound on replicas and cost;
+4. survivors are simulated in order of their cost bound (``evaluate``), class
+   representatives first so every GPU and precision gets a real answer; for the
+   cost objective the search stops once the next bound cannot beat the top N
+   (branch and bound), so the answer is the cheapest the space holds;
+5. fleets are priced (``fleet``), ranked, and the Pareto frontier drawn.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import deadline
+from ..errors import InputError
+from . import fleet
+from .commands import serve_command, verify_command
+from .evaluate import Evaluated, evaluate
+from .result import (
+    Candidate,
+    FleetOption,
+    MixedTraffic,
+    ParetoPoint,
+    Predicted,
+    PriceUsed,
+    RecommendResult,
+    Rejection,
+    Searched,
+    Tail,
+)
+from .screen import Screen, Screened
+from .space import INT4, Config, GpuFacts, ModelFacts, Skipped, configurations
+from .spec import SearchSpec
+
+MAX_SIMULATED = 96
+"""Simulations per search at most (each is a budget rate search, 0.05-0.5 s)."""
+SOFT_TIME_LIMIT_S = 45.0
+"""No new simulation starts after this; what was simulated is ranked and the cut said."""
+RESERVE_S = 5.0
+"""Compute budget kept for pricing, the autoscaling replay and the nearest-fit search."""
+
+
+@dataclass
+class _Tally:
+    """Rejections by reason, each with a count and one example."""
+
+    items: dict[str, list[Any]] = field(default_factory=dict)
+
+    def add(self, reason: str, example: str, count: int = 1) -> None:
+        entry = self.items.setdefault(reason, [0, example])
+        entry[0] += count
+
+    def as_list(self) -> list[Rejection]:
+        rows = [Rejection(reason=r, count=c, example=e) for r, (c, e) in self.items.items()]
+        return sorted(rows, key=lambda r: -r.count)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _gpu_facts(spec: SearchSpec, prices: dict[str, float], tally: _Tally) -> list[GpuFacts]:
+    from ..catalog import get_gpu
+    from ..prices import priced_gpus
+
+    names = spec.gpus or priced_gpus()
+    out: list[GpuFacts] = []
+    for name in dict.fromkeys(names):
+        g = get_gpu(name)
+        if g.id not in prices:
+            tally.add(f"no price for {g.id}: give --gpu-price {g.id}=USD", g.id, 1)
+            continue
+        out.append(GpuFacts(g.id, "fp8" in g.dense_tflops))
+    return out
+
+
+def _prices(spec: SearchSpec) -> tuple[dict[str, float], list[PriceUsed]]:
+    from ..catalog import get_gpu
+    from ..prices import price_for, priced_gpus, resolve_overrides
+
+    overrides = resolve_overrides(spec.gpu_prices_usd_per_hour, "gpu_price")
+    names = [get_gpu(n).id for n in (spec.gpus or priced_gpus())]
+    used: list[PriceUsed] = []
+    table: dict[str, float] = {}
+    for gpu in dict.fromkeys(names):
+        p = price_for(gpu, overrides)
+        if p is not None:
+            table[gpu] = p.usd_per_gpu_hour
+            used.append(PriceUsed(gpu=gpu, usd_per_gpu_hour=p.usd_per_gpu_hour, source=p.source))
+    return table, used
+
+
+def _model_facts(spec: SearchSpec, tally: _Tally) -> list[ModelFacts]:
+    from ..architecture import from_config
+    from ..catalog import load_model
+    from ..quantization import resolve_quantization
+
+    floor = spec.quality_floor_score
+    out = []
+    for option in spec.models:
+        if floor is not None and option.quality is not None:
+            need = (
+                floor * (1 + spec.quality_margin)
+                if floor >= 0
+                else floor * (1 - spec.quality_margin)
+            )
+            if option.quality < need:
+                tally.add(
+                    f"quality below the floor {floor:g} + {spec.quality_margin:.0%} margin "
+                    f"(needs >= {need:g})",
+                    f"{option.model} scored {option.quality:g}",
+                )
+                continue
+        source = load_model(option.model, revision=option.revision)
+        arch = from_config(source.config)
+        scheme = resolve_quantization(None, arch.quantization_config)
+        method = scheme.method if scheme.is_quantized else None
+        out.append(
+            ModelFacts(option.model, option.revision, method, arch.is_moe, arch.num_kv_heads)
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- screening
+
+
+def _screen_all(
+    configs: list[Config], screen: Screen, spec: SearchSpec, tally: _Tally
+) -> list[Screened]:
+    out = []
+    for cfg in configs:
+        v = screen.check(cfg)
+        if v.screened is None:
+            tally.add(v.reason or "rejected", cfg.label() + (f" ({v.detail})" if v.detail else ""))
+            continue
+        s = v.screened
+        total_gpus_lb = s.replicas_lower_bound * cfg.gpus_per_replica
+        if spec.max_gpus is not None and total_gpus_lb > spec.max_gpus:
+            tally.add(
+                "over max_gpus (capacity bound: the saturation rate cannot carry the peak)",
+                f"{cfg.label()} (at least {total_gpus_lb} GPUs)",
+            )
+            continue
+        if (
+            spec.budget_usd_per_hour is not None
+            and s.usd_per_hour_lower_bound > spec.budget_usd_per_hour
+        ):
+            tally.add("over budget (capacity bound above budget_usd_per_hour)", cfg.label())
+            continue
+        out.append(s)
+    return out
+
+
+def _representatives(screened: list[Screened]) -> tuple[list[Screened], list[Screened]]:
+    """One configuration per memory layout (the engine's default batch limits where they fit,
+    else the cheapest bound), and the rest (the batch-limit variants)."""
+    reps: dict[tuple[Any, ...], Screened] = {}
+    for s in sorted(screened, key=_bound_key):
+        key = s.config.group()
+        default = s.config.max_num_seqs is None and s.config.max_num_batched_tokens is None
+        if key not in reps or default:
+            reps[key] = s
+    chosen = set(map(id, reps.values()))
+    return list(reps.values()), [s for s in screened if id(s) not in chosen]
+
+
+def _bound_key(s: Screened) -> tuple[float, float]:
+    return (s.usd_per_hour_lower_bound, -s.saturation_rate_per_s)
+
+
+def _class_heads_first(reps: list[Screened]) -> list[Screened]:
+    """Cost bound order, each (model, GPU, weights) class's cheapest bound first, so every
+    GPU type and precision gets a simulated answer before the bound prunes."""
+    ranked = sorted(reps, key=_bound_key)
+    firsts: dict[tuple[Any, ...], Screened] = {}
+    for s in ranked:
+        firsts.setdefault((s.config.model, s.config.gpu, s.config.quantization), s)
+    heads = list(firsts.values())
+    return heads + [s for s in ranked if s not in heads]
+
+
+# --------------------------------------------------------------------------- simulation
+
+VARIANT_LAYOUTS = 3
+"""Layouts whose batch-limit variants are simulated after the layouts are ranked."""
+
+
+class _Simulation:
+    """Simulate in bound order, keep the best fleet cost per layout, stop when nothing left can
+    enter the top N (cost objective), the simulation cap or the time limit is reached."""
+
+    def __init__(self, spec: SearchSpec, tally: _Tally, started: float, warnings: list[str]):
+        self.spec, self.tally, self.started, self.warnings = spec, tally, started, warnings
+        self.done: list[Evaluated] = []
+        self.best: dict[tuple[Any, ...], float] = {}
+        self.cut = False
+
+    def run(self, screened: list[Screened]) -> list[Evaluated]:
+        reps, variants = _representatives(screened)
+        order = _class_heads_first(reps)
+        heads = len({(s.config.model, s.config.gpu, s.config.quantization) for s in order})
+        for i, s in enumerate(order):
+            if not self._may_continue(len(order) - i):
+                return self.done
+            if i >= heads and self._cannot_enter_top(s):
+                break
+            self._evaluate(s)
+        self._variants(variants)
+        return self.done
+
+    def _variants(self, variants: list[Screened]) -> None:
+        ranked = sorted(self.best, key=self.best.__getitem__)[:VARIANT_LAYOUTS]
+        for key in ranked:
+            for s in sorted((v for v in variants if v.config.group() == key), key=_bound_key):
+                if not self._may_continue(1):
+                    return
+                if s.usd_per_hour_lower_bound <= self.best[key]:
+                    self._evaluate(s)
+
+    def _may_continue(self, left: int) -> bool:
+        late = time.monotonic() - self.started > SOFT_TIME_LIMIT_S
+        if len(self.done) < MAX_SIMULATED and not late and deadline.remaining_s() >= RESERVE_S:
+            return True
+        if not self.cut:
+            self.cut = True
+            self.warnings.append(
+                f"search cut after {len(self.done)} simulations (at least {left} screened "
+                "configurations not simulated): the ranking is the best of those simulated"
+            )
+        return False
+
+    def _cannot_enter_top(self, s: Screened) -> bool:
+        top = self.spec.top
+        if self.spec.objective != "cost" or len(self.best) < top:
+            return False
+        return s.usd_per_hour_lower_bound > sorted(self.best.values())[top - 1]
+
+    def _evaluate(self, s: Screened) -> None:
+        e = evaluate(s, self.spec)
+        self.done.append(e)
+        if not e.meets_slo:
+            kind = (
+                "no rate meets the SLO (simulated)"
+                if e.max_rate_per_replica <= 0
+                else "misses the SLO at its design load after adding replicas"
+            )
+            self.tally.add(kind, f"{s.config.label()} ({(e.reason or '').split(': ', 1)[-1]})")
+            return
+        over = _constraint_miss(e, self.spec)
+        if over:
+            self.tally.add(over, s.config.label())
+            return
+        usd = _fleet_replicas(e, self.spec) * s.config.gpus_per_replica * s.usd_per_gpu_hour
+        key = s.config.group()
+        self.best[key] = min(usd, self.best.get(key, math.inf))
+
+
+def _constraint_miss(e: Evaluated, spec: SearchSpec) -> str | None:
+    total = _fleet_replicas(e, spec) * e.screened.config.gpus_per_replica
+    if spec.max_gpus is not None and total > spec.max_gpus:
+        return "over max_gpus (simulated fleet)"
+    usd = total * e.screened.usd_per_gpu_hour
+    if spec.budget_usd_per_hour is not None and usd > spec.budget_usd_per_hour:
+        return "over budget: the simulated fleet costs more than budget_usd_per_hour"
+    return None
+
+
+def _fleet_replicas(e: Evaluated, spec: SearchSpec) -> int:
+    return max(e.total_replicas, spec.autoscaling.min_replicas or 0)
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+def _tail(p: Any) -> Tail | None:
+    if p is None:
+        return None
+    return Tail(p50=p.p50, p95=p.p95, p99=p.p99)
+
+
+def _candidate(e: Evaluated, spec: SearchSpec) -> Candidate:
+    s, c = e.screened, e.screened.config
+    replicas = _fleet_replicas(e, spec)
+    spares = replicas - e.replicas
+    total = replicas * c.gpus_per_replica
+    costs = fleet.fixed_fleet_costs(total, s.usd_per_gpu_hour, spec, e.slo_attainment)
+    design_rate = spec.peak_rate_per_s / e.replicas
+    itl = _tail(e.design.itl_ms)
+    replay = None
+    if spec.autoscaling.enabled:
+        replay = fleet.replay_day(
+            spec,
+            e.max_rate_per_replica,
+            spares,
+            replicas,
+            c.gpus_per_replica,
+            s.usd_per_gpu_hour,
+            fleet.cold_start(s.checkpoint_bytes, spec.autoscaling.cold_start_s),
+        )
+    notes = list(_candidate_notes(e, spec))
+    return Candidate(
+        model=c.model,
+        quality=next((m.quality for m in spec.models if m.model == c.model), None),
+        gpu=c.gpu,
+        tensor_parallel_size=c.tensor_parallel_size,
+        pipeline_parallel_size=c.pipeline_parallel_size,
+        expert_parallel=False,
+        quantization=c.quantization,
+        kv_cache_dtype=c.kv_cache_dtype,
+        max_model_len=s.max_model_len,
+        max_num_seqs=s.max_num_seqs,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        engine=spec.engine,
+        engine_version=s.engine_version,
+        gpus_per_replica=c.gpus_per_replica,
+        kv_cache_tokens=s.kv_cache_tokens,
+        replicas=e.replicas,
+        spare_replicas=spares,
+        total_gpus=total,
+        max_rate_under_slo_per_replica=e.max_rate_per_replica,
+        design_rate_per_replica=design_rate,
+        utilisation=min(1.0, design_rate / s.saturation_rate_per_s),
+        usd_per_gpu_hour=s.usd_per_gpu_hour,
+        usd_per_hour=costs.usd_per_hour,
+        usd_per_million_output_tokens=costs.usd_per_million_output_tokens,
+        usd_per_million_input_tokens=costs.usd_per_million_input_tokens,
+        usd_per_successful_request=costs.usd_per_successful_request,
+        slo_attainment=e.slo_attainment,
+        gpu_hours_per_day=replay.gpu_hours_per_day if replay else costs.gpu_hours_per_day,
+        usd_per_day=replay.usd_per_day if replay else costs.usd_per_day,
+        output_tokens_per_s_per_gpu=design_rate * spec.output_tokens.mean / c.gpus_per_replica,
+        output_tokens_per_s_per_user=1000.0 / itl.p50 if itl and itl.p50 > 0 else 0.0,
+        predicted=Predicted(
+            ttft_ms=_tail(e.design.ttft_ms), itl_ms=itl, e2e_ms=_tail(e.design.e2e_ms)
+        ),
+        meets_slo=e.meets_slo,
+        autoscaling=replay,
+        serve_command=serve_command(s, spec),
+        verify_command=verify_command(s, spec, design_rate),
+        notes=notes,
+    )
+
+
+def _candidate_notes(e: Evaluated, spec: SearchSpec) -> list[str]:
+    c = e.screened.config
+    if c.quantization == INT4:
+        yield "int4 weights: a quality risk; evaluate an AWQ/GPTQ checkpoint against the floor first"
+    if c.quantization == "fp8" and e.screened.config.quantization != c.model:
+        yield "fp8 weights quantized at load time (vLLM --quantization fp8); check quality"
+    if c.kv_cache_dtype == "fp8":
+        yield "fp8 KV cache: check long-context quality"
+    if e.screened.max_model_len < 32768 and e.screened.max_model_len == spec.context_needed:
+        yield (
+            f"--max-model-len {e.screened.max_model_len:,} (the workload's longest prompt + output): "
+            "the model's own window does not fit"
+        )
+    if not e.meets_slo and e.reason:
+        yield f"misses the SLO: {e.reason}"
+
+
+def _rank_key(c: Candidate, objective: str) -> tuple[Any, ...]:
+    head = (not c.meets_slo,)
+    if objective == "latency":
+        return (*head, c.predicted.e2e_ms.p95, c.usd_per_hour)
+    if objective == "throughput_per_gpu":
+        capacity = c.max_rate_under_slo_per_replica / c.gpus_per_replica
+        return (*head, -capacity, c.usd_per_hour)
+    return (*head, c.usd_per_hour, c.usd_per_successful_request, c.total_gpus)
+
+
+def pareto_front(cands: list[Candidate]) -> list[ParetoPoint]:
+    """Candidates no other beats on both output tokens/s per GPU and per user."""
+    pts = [c for c in cands if c.output_tokens_per_s_per_user > 0]
+    front = [
+        c
+        for c in pts
+        if not any(
+            o.output_tokens_per_s_per_gpu >= c.output_tokens_per_s_per_gpu
+            and o.output_tokens_per_s_per_user >= c.output_tokens_per_s_per_user
+            and (
+                o.output_tokens_per_s_per_gpu > c.output_tokens_per_s_per_gpu
+                or o.output_tokens_per_s_per_user > c.output_tokens_per_s_per_user
+            )
+            for o in pts
+        )
+    ]
+    front.sort(key=lambda c: -c.output_tokens_per_s_per_gpu)
+    return [
+        ParetoPoint(
+            output_tokens_per_s_per_gpu=c.output_tokens_per_s_per_gpu,
+            output_tokens_per_s_per_user=c.output_tokens_per_s_per_user,
+            model=c.model,
+            gpu=c.gpu,
+            tensor_parallel_size=c.tensor_parallel_size,
+            quantization=c.quantization,
+            kv_cache_dtype=c.kv_cache_dtype,
+            max_num_seqs=c.max_num_seqs,
+            max_num_batched_tokens=c.max_num_batched_tokens,
+            meets_slo=c.meets_slo,
+            usd_per_million_output_tokens=c.usd_per_million_output_tokens,
+        )
+        for c in front
+    ]
+
+
+# --------------------------------------------------------------------------- the search
+
+
+def _online_part(spec: SearchSpec) -> SearchSpec:
+    """The online share of mixed traffic: what the SLO applies to."""
+    if not spec.batch_share:
+        return spec
+    keep = 1.0 - spec.batch_share
+    return spec.model_copy(
+        update={
+            "mean_rate_per_s": spec.mean_rate_per_s * keep,
+            "hourly_rate_per_s": [r * keep for r in spec.hourly_rate_per_s]
+            if spec.hourly_rate_per_s
+            else None,
+        }
+    )
+
+
+def recommend(spec: SearchSpec) -> RecommendResult:
+    """Search, price and rank deployments for ``spec``; see the module docstring."""
+    started = time.monotonic()
+    tally, warnings = _Tally(), []
+    online = _online_part(spec)
+    prices, used = _prices(spec)
+    gpus = _gpu_facts(spec, prices, tally)
+    models = _model_facts(spec, tally)
+    skipped = Skipped()
+    configs = configurations(models, gpus, spec.max_gpus, skipped) if models and gpus else []
+    for reason, example, count in skipped.items:
+        tally.add(reason, example, count)
+    screen = Screen(online, prices)
+    screened = _screen_all(configs, screen, online, tally)
+    evaluated = _Simulation(online, tally, started, warnings).run(screened)
+    sized = [e for e in evaluated if e.design is not None and e.max_rate_per_replica > 0]
+    cands = [_candidate(e, online) for e in sized]
+    allowed = [(c, e) for c, e in zip(cands, sized, strict=True) if not _over_constraints(c, spec)]
+    allowed.sort(key=lambda ce: _rank_key(ce[0], spec.objective))
+    allowed = _best_per_layout(allowed)
+    feasible = bool(allowed and allowed[0][0].meets_slo)
+    top = [c for c, _ in allowed if c.meets_slo][: spec.top] or [c for c, _ in allowed][: spec.top]
+    mixed = (
+        _mixed(spec, online, allowed[0][0], allowed[0][1].screened, screened)
+        if feasible and spec.batch_share
+        else None
+    )
+    return RecommendResult(
+        feasible=feasible,
+        verdict=_verdict(feasible, top, spec, tally),
+        recommended=top[0] if feasible else None,
+        candidates=top,
+        pareto=pareto_front(cands),
+        rejected=tally.as_list(),
+        nearest=[] if feasible else _nearest(spec, cands, tally),
+        mixed_traffic=mixed,
+        searched=Searched(
+            configurations=len(configs),
+            fitted=screen.fits,
+            simulated=len(evaluated),
+            elapsed_s=time.monotonic() - started,
+        ),
+        prices=used,
+        objective=spec.objective,
+        design_rate_per_s=online.peak_rate_per_s,
+        mean_rate_per_s=online.daily_mean_rate_per_s,
+        assumptions=_assumptions(spec),
+        warnings=warnings,
+    )
+
+
+def _best_per_layout(
+    ranked: list[tuple[Candidate, Evaluated]],
+) -> list[tuple[Candidate, Evaluated]]:
+    """The best-ranked batch limits of each memory layout: the list shows distinct fleets,
+    not the same fleet at five max_num_seqs values (the Pareto frontier keeps them all)."""
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for c, e in ranked:
+        key = e.screened.config.group()
+        if key not in seen:
+            seen.add(key)
+            out.append((c, e))
+    return out
+
+
+def _over_constraints(c: Candidate, spec: SearchSpec) -> bool:
+    return bool(
+        (spec.max_gpus is not None and c.total_gpus > spec.max_gpus)
+        or (spec.budget_usd_per_hour is not None and c.usd_per_hour > spec.budget_usd_per_hour)
+    )
+
+
+def _verdict(feasible: bool, top: list[Candidate], spec: SearchSpec, tally: _Tally) -> str:
+    if feasible:
+        c = top[0]
+        q = {"bf16": "BF16", "fp8": "FP8", "int4": "INT4"}.get(c.quantization, c.quantization)
+        return (
+            f"{c.replicas + c.spare_replicas} x {c.gpu} TP{c.tensor_parallel_size} {q} "
+            f"({c.total_gpus} GPUs, ${c.usd_per_hour:,.2f}/h) serves {spec.peak_rate_per_s:g} req/s "
+            f"at peak with every target met; ${c.usd_per_successful_request * 1000:,.3f} per 1,000 "
+            f"successful requests"
+        )
+    if top:
+        return (
+            "no simulated fleet meets every target within the constraints; the closest are listed"
+        )
+    common = tally.as_list()[0].reason if tally.items else "nothing to search"
+    return f"nothing in the search space works; most common reason: {common}"
+
+
+def _nearest(spec: SearchSpec, cands: list[Candidate], tally: _Tally) -> list[str]:
+    """What would make the workload feasible: relax one constraint and search the fit stage."""
+    out = []
+    over = [c for c in cands if c.meets_slo]
+    if over:
+        c = min(over, key=lambda c: c.usd_per_hour)
+        out.append(
+            f"{c.total_gpus} x {c.gpu} (TP{c.tensor_parallel_size} {c.quantization}, "
+            f"${c.usd_per_hour:,.2f}/h) meets every target: raise max_gpus / budget_usd_per_hour to that"
+        )
+    relaxed = spec.model_copy(update={"gpus": [], "max_gpus": None, "budget_usd_per_hour": None})
+    try:
+        prices, _ = _prices(relaxed)
+        gpus = _gpu_facts(relaxed, prices, _Tally())
+        models = _model_facts(relaxed, _Tally())
+    except InputError:
+        return out
+    screen = Screen(relaxed, prices)
+    configs = [
+        c
+        for c in configurations(models, gpus, None, Skipped())
+        if c.max_num_seqs is None and c.max_num_batched_tokens is None
+    ]
+    fits = [v.screened for v in map(screen.check, configs) if v.screened is not None]
+    if fits:
+        best = min(fits, key=lambda s: s.usd_per_hour_lower_bound)
+        c = best.config
+        out.append(
+            f"nearest that fits and can reach the targets: {best.replicas_lower_bound} x {c.gpu} "
+            f"TP{c.tensor_parallel_size}{f' PP{c.pipeline_parallel_size}' if c.pipeline_parallel_size > 1 else ''} "
+            f"{c.quantization} weights, KV {c.kv_cache_dtype}, --max-model-len {best.max_model_len:,} "
+            f"(from ${best.usd_per_hour_lower_bound:,.2f}/h, a capacity bound; run recommend with "
+            f"--gpus {c.gpu})"
+        )
+    elif not out:
+        out.append(
+            "no priced GPU type fits the model even at 16 GPUs per replica with int4 weights: "
+            "a smaller model, or a shorter context"
+        )
+    if spec.context_needed > 32768:
+        out.append(
+            f"a shorter context: the workload's longest prompt + output is {spec.context_needed:,} tokens"
+        )
+    return out
+
+
+def _mixed(
+    spec: SearchSpec, online: SearchSpec, best: Candidate, same: Screened, screened: list[Screened]
+) -> MixedTraffic:
+    """Batch work in the online fleet's headroom, or a separate offline pool: the cheaper."""
+    from .evaluate import OFFLINE_UTILISATION
+
+    batch_rate = spec.daily_mean_rate_per_s * (spec.batch_share or 0.0)
+    per_replica = same.saturation_rate_per_s * OFFLINE_UTILISATION
+    headroom = max(0.0, best.replicas * per_replica - online.daily_mean_rate_per_s)
+    extra = max(0, math.ceil((batch_rate - headroom) / per_replica - 1e-9))
+    shared_usd = best.usd_per_hour + extra * best.gpus_per_replica * best.usd_per_gpu_hour
+    pool = min(
+        screened,
+        key=lambda s: s.usd_per_gpu_hour * s.config.gpus_per_replica / s.saturation_rate_per_s,
+    )
+    pool_replicas = max(
+        1, math.ceil(batch_rate / (pool.saturation_rate_per_s * OFFLINE_UTILISATION))
+    )
+    pool_gpus = pool_replicas * pool.config.gpus_per_replica
+    separate_usd = best.usd_per_hour + pool_gpus * pool.usd_per_gpu_hour
+    options = [
+        FleetOption(
+            name="shared",
+            usd_per_hour=shared_usd,
+            total_gpus=best.total_gpus + extra * best.gpus_per_replica,
+            detail=(
+                f"batch work ({batch_rate:.3g} req/s) runs at low priority in the online fleet's "
+                f"headroom ({headroom:.3g} req/s on average)"
+                + (f" plus {extra} replica(s)" if extra else "")
+            ),
+        ),
+        FleetOption(
+            name="separate",
+            usd_per_hour=separate_usd,
+            total_gpus=best.total_gpus + pool_gpus,
+            detail=f"online fleet + an offline pool of {pool_replicas} x {pool.config.label()}",
+        ),
+    ]
+    chosen = min(options, key=lambda o: o.usd_per_hour)
+    return MixedTraffic(
+        batch_share=spec.batch_share or 0.0,
+        chosen=chosen.name,
+        reason=(
+            f"{chosen.name} costs ${chosen.usd_per_hour:,.2f}/h vs "
+            f"${max(o.usd_per_hour for o in options):,.2f}/h; the online SLO is held in both "
+            "(shared: batch requests are admitted only below the online design load, e.g. vLLM "
+            "--scheduling-policy priority)"
+        ),
+        options=options,
+    )
+
+
+def _assumptions(spec: SearchSpec) -> list[str]:
+    out = [
+        "prices: on-demand USD per GPU-hour (see prices); a fixed fleet pays for its peak "
+        "capacity all day, so per-token and per-request costs divide by an average hour's work",
+        "successful request: meets every target (TTFT, mean ITL, end-to-end, each at its "
+        "highest-percentile target) in the simulation at the design load (the peak)",
+        "replicas = ceil(peak / max rate under the SLO per replica); spares: 1 from availability "
+        "0.999 (losing one replica still carries the peak), 2 from 0.9999",
+        "max_model_len: the model's maximum where it fits, else the workload's longest "
+        "(p99, else p95) prompt + output, never less",
+        "expert parallelism is not searched separately: the step model shards experts like "
+        "tensor parallelism (same memory per GPU); measure --enable-expert-parallel on MoE models",
+        "prompt and output lengths lognormal through p50 and p95, as in budget",
+        "latency and capacity from budget's simulation (the calibrated step model); the verify "
+        "command measures what matters",
+    ]
+    if spec.quality_floor_score is not None:
+        out.append(
+            f"quality: a model passes at floor x (1 + {spec.quality_margin:g}); models without a "
+            "score are kept and flagged"
+        )
+    if not spec.has_targets:
+        out.append("no latency targets: replicas loaded to 85 % of their saturation rate")
+    return out
