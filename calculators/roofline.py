@@ -488,7 +488,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
     shape = shape_from_architecture(arch, source.hf_id, scheme, dtype_b, cap["kv_bytes_per_token"])
     hw = Hardware(
         name=gpu.id,
-        peak_tflops=gpu.dense_tflops.get(dtype_key, gpu.dense_tflops.get("bf16", 0.0)),
+        peak_tflops=_peak_tflops(gpu, dtype_key),
         bandwidth_gb_per_s=gpu.memory_bandwidth_gb_per_s,
         interconnect=gpu.interconnect,
         link_gb_per_s=gpu.interconnect_bandwidth_gb_per_s,
@@ -526,6 +526,20 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         notes=tuple(notes),
         max_model_len=cap["max_model_len"],
     )
+
+
+def _peak_tflops(gpu: Any, dtype_key: str) -> float:
+    """The GEMM rate for ``dtype_key``; 16-bit GEMMs run at the FP16 rate on GPUs without
+    BF16 units (T4, V100), where engines serve in float16."""
+    from .errors import InputError
+
+    rates = gpu.dense_tflops
+    peak = rates.get(dtype_key) or rates.get("bf16") or rates.get("fp16") or 0.0
+    if peak <= 0:
+        raise InputError(
+            "gpu", f"the catalog has no tensor-core FLOPS figure for {gpu.id}", "GPUs with one"
+        )
+    return float(peak)
 
 
 def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[str, Any]:

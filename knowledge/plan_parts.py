@@ -70,6 +70,12 @@ class Candidate(BaseModel):
     replicas_needed: int | None = None
     gpus_needed: int | None = None
     within_max_gpus: bool | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    max_model_len: int | None = None
+    usd_per_hour: float | None = Field(default=None, description="The fleet's cost (recommend).")
+    meets_slo: bool | None = None
+    serve_command: str | None = None
     notes: list[str] = Field(default_factory=list)
 
 

@@ -45,12 +45,17 @@ class _Sizing:
 
 
 def size_candidates(a: Analysis) -> list[Candidate]:
-    """Fit (and predict/budget where lengths are known) for each allowed GPU x TP degree."""
+    """The recommender's top fleets where the workload states enough to search (a rate,
+    lengths, targets); else fit (and predict/budget where lengths are known) for each
+    allowed GPU x TP degree."""
     from inferwise.knowledge.sizing import gpu_info
 
     wl = a.workload
     if wl.deployment is None or not wl.deployment.model:
         return []
+    recommended = _recommended(a)
+    if recommended:
+        return recommended
     gpus = list(
         dict.fromkeys(
             (wl.constraints.gpus if wl.constraints and wl.constraints.gpus else [])
@@ -172,3 +177,59 @@ def _replicas_into(c: Candidate, tp: int, sizing: _Sizing) -> None:
         c.within_max_gpus = c.gpus_needed <= sizing.max_gpus
         if not c.within_max_gpus:
             c.notes.append(f"needs {c.gpus_needed} GPUs > constraints.max_gpus {sizing.max_gpus}")
+
+
+PLAN_TOP = 3
+"""Fleets the plan's sizing table shows (``inferwise recommend`` lists more)."""
+
+
+def _recommended(a: Analysis) -> list[Candidate]:
+    """``inferwise recommend`` on the workload, its candidates as the plan's table; empty when
+    the workload lacks what the search needs (the plan then sizes by fit alone)."""
+    from inferwise.calculators.errors import InputError
+    from inferwise.knowledge.recommending import RecommendRequest, recommend_deployment
+
+    wl = a.workload
+    if wl.slo is None or wl.traffic is None or not wl.traffic.arrival_rate_rps:
+        return []
+    gpus = (wl.constraints.gpus if wl.constraints and wl.constraints.gpus else []) or (
+        [wl.deployment.gpu] if wl.deployment and wl.deployment.gpu else []
+    )
+    data = wl.model_dump(
+        exclude_none=True, include={"product", "traffic", "slo", "constraints", "deployment"}
+    )
+    try:
+        result = recommend_deployment(
+            RecommendRequest(
+                workload=data, gpus=gpus[:4], model=[wl.deployment.model], top=PLAN_TOP
+            )
+        )
+    except InputError:
+        return []
+    return [_from_recommendation(c) for c in result.candidates]
+
+
+def _from_recommendation(c: Any) -> Candidate:
+    return Candidate(
+        gpu=c.gpu,
+        tensor_parallel_size=c.tensor_parallel_size,
+        fits=True,
+        kv_cache_tokens=c.kv_cache_tokens,
+        predicted_ttft_ms=c.predicted.ttft_ms.p95,
+        predicted_itl_ms=c.predicted.itl_ms.p95 if c.predicted.itl_ms else None,
+        max_rate_under_slo=c.max_rate_under_slo_per_replica,
+        replicas_needed=c.replicas + c.spare_replicas,
+        gpus_needed=c.total_gpus,
+        within_max_gpus=True,
+        quantization=c.quantization,
+        kv_cache_dtype=c.kv_cache_dtype,
+        max_model_len=c.max_model_len,
+        usd_per_hour=c.usd_per_hour,
+        meets_slo=c.meets_slo,
+        serve_command=c.serve_command,
+        notes=[
+            "inferwise recommend: p95 latencies at the design load; "
+            + ("meets every target" if c.meets_slo else "misses a target"),
+            *c.notes[:2],
+        ],
+    )

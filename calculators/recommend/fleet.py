@@ -15,16 +15,22 @@ from dataclasses import dataclass
 from .result import AutoscalingReplay, ColdStart
 from .spec import SearchSpec
 
-IMAGE_PULL_S = 90.0
-"""Pulling the vllm/vllm-openai image on a fresh node (about 10 GB compressed at ~1 Gbit/s
-effective). Stated, not measured: a pre-pulled image or a node pool with a warm cache is ~0."""
-STORAGE_GB_PER_S = 1.0
-"""Checkpoint read bandwidth, vendor GB (10^9 bytes) per second: a network volume or object
-store read at ~1 GB/s. Local NVMe reads 2-7 GB/s; a cold S3 read without a streamer far less."""
-ENGINE_START_S = 60.0
-"""vLLM V1 engine start after the weights are in memory: torch.compile (about 20-40 s on the
-first start, seconds from the compile cache), the profiling run, KV-cache allocation and
-CUDA-graph capture (5-30 s). Enforce-eager skips compile and graphs."""
+IMAGE_PULL_S = 300.0
+"""Pulling and unpacking the vllm/vllm-openai image (~12 GB compressed, vllm#27154) on a node
+without it: other large images pull at 17-42 MB/s (10 GB in 7-10 min, tensorfuse.io
+snapshotter blog; 13 GB in 571 s, blog.vertexcover.io/container-coldstart). A pre-pulled
+image or a warm node pool is ~0; set cold_start_s when you know yours."""
+STORAGE_GB_PER_S = 0.5
+"""Checkpoint read bandwidth, vendor GB (10^9 bytes) per second, for a new node reading from a
+network volume or object store: EBS gp3 gives 0.13-1 GB/s, S3 through Run:ai's streamer
+~3.5 GiB/s at best and 0.4-0.8 GiB/s in users' reports (run-ai/runai-model-streamer
+benchmarks.md, issues #13/#120). Local NVMe with vLLM's default loader: 1.6-1.85 GB/s
+(vllm#10647)."""
+ENGINE_START_S = 63.0
+"""vLLM V1 start after the weights are read: process start 15 s, torch.compile 33 s (median of
+12 start-up logs, 19-85 s; ~9 s from a warm compile cache), CUDA-graph capture 10 s (median of
+10, 1.5-60 s), profiling and KV-cache set-up 5 s; sources in tests/data/cold_start_sources.md
+(vLLM issues and PRs, upb-cn/vllm-startup-profiler)."""
 STEP_S = 60.0
 """The replay's time step: the scaling rule looks at the arrival rate once a minute."""
 SCALE_DOWN_AFTER_S = 600.0
@@ -77,9 +83,10 @@ def cold_start(checkpoint_bytes: int, stated_s: float | None) -> ColdStart:
         engine_start_s=ENGINE_START_S,
         total_s=IMAGE_PULL_S + load + ENGINE_START_S,
         source=(
-            f"image pull {IMAGE_PULL_S:g} s (assumed) + checkpoint {checkpoint_bytes / 1e9:,.1f} GB "
-            f"at {STORAGE_GB_PER_S:g} GB/s + engine start {ENGINE_START_S:g} s (compile, profiling, "
-            "CUDA graphs; vLLM V1 start-up logs)"
+            f"image pull {IMAGE_PULL_S:g} s (a ~12 GB image on a node without it) + checkpoint "
+            f"{checkpoint_bytes / 1e9:,.1f} GB at {STORAGE_GB_PER_S:g} GB/s (network storage) + "
+            f"engine start {ENGINE_START_S:g} s (compile, CUDA graphs, profiling: medians of "
+            "published vLLM V1 start-up logs); give cold_start_s to use your own"
         ),
     )
 
@@ -172,7 +179,7 @@ def _scale(fleet: _Fleet, want: int, t: float, cold_start_s: float) -> None:
 def _replay_notes(spec: SearchSpec, start: ColdStart, idle: bool, ttft_s: float) -> list[str]:
     notes = [f"cold start {start.total_s:,.0f} s: {start.source}"]
     if not spec.hourly_rate_per_s:
-        notes.append("no 24-hour profile (traffic.hourly_rate_per_s): every hour at the mean rate")
+        notes.append("no 24-hour profile (traffic.hourly_rate_rps): every hour at the mean rate")
     if idle and start.total_s > ttft_s:
         notes.append(
             f"scale to zero: the first requests after an idle hour wait ~{start.total_s:,.0f} s "

@@ -118,16 +118,20 @@ class Screen:
 
     def check(self, cfg: Config) -> Verdict:
         """Fit the configuration, bound its capacity and latency."""
+        try:
+            return self._check(cfg)
+        except InputError as exc:
+            # e.g. a tensor-parallel degree that does not divide the attention heads
+            return Verdict(reason=f"the engine refuses it ({exc.field})", detail=exc.message)
+
+    def _check(self, cfg: Config) -> Verdict:
         window = self.window(cfg)
         if isinstance(window, str):
             return Verdict(reason=window)
         fit = self._counted_fit(cfg, window)
         if not fit.fits or not fit.kv_cache_tokens:
             return Verdict(reason="does not fit in GPU memory")
-        try:
-            model = _step_model(cfg, self.spec, window)
-        except InputError as exc:
-            return Verdict(reason=f"not modelled: {exc.message}")
+        model = _step_model(cfg, self.spec, window)
         idle = self._idle_miss(model)
         if idle:
             return Verdict(

@@ -135,8 +135,10 @@ def _model_facts(spec: SearchSpec, tally: _Tally) -> list[ModelFacts]:
 
 def _screen_all(
     configs: list[Config], screen: Screen, spec: SearchSpec, tally: _Tally
-) -> list[Screened]:
-    out = []
+) -> tuple[list[Screened], list[Screened]]:
+    """The configurations that fit and may meet the constraints, and those that fit but
+    already break max_gpus or the budget on their capacity bound."""
+    out, over = [], []
     for cfg in configs:
         v = screen.check(cfg)
         if v.screened is None:
@@ -149,15 +151,17 @@ def _screen_all(
                 "over max_gpus (capacity bound: the saturation rate cannot carry the peak)",
                 f"{cfg.label()} (at least {total_gpus_lb} GPUs)",
             )
+            over.append(s)
             continue
         if (
             spec.budget_usd_per_hour is not None
             and s.usd_per_hour_lower_bound > spec.budget_usd_per_hour
         ):
             tally.add("over budget (capacity bound above budget_usd_per_hour)", cfg.label())
+            over.append(s)
             continue
         out.append(s)
-    return out
+    return out, over
 
 
 def _representatives(screened: list[Screened]) -> tuple[list[Screened], list[Screened]]:
@@ -443,8 +447,14 @@ def recommend(spec: SearchSpec) -> RecommendResult:
     for reason, example, count in skipped.items:
         tally.add(reason, example, count)
     screen = Screen(online, prices)
-    screened = _screen_all(configs, screen, online, tally)
+    screened, over = _screen_all(configs, screen, online, tally)
     evaluated = _Simulation(online, tally, started, warnings).run(screened)
+    if not screened and over:
+        # nothing can meet the constraints: simulate the cheapest few anyway, so the answer
+        # shows the closest fleets and what they would take
+        closest, _ = _representatives(over)
+        closest = sorted(closest, key=_bound_key)[: spec.top]
+        evaluated = [evaluate(s, online) for s in closest]
     sized = [e for e in evaluated if e.design is not None and e.max_rate_per_replica > 0]
     cands = [_candidate(e, online) for e in sized]
     allowed = [(c, e) for c, e in zip(cands, sized, strict=True) if not _over_constraints(c, spec)]
@@ -452,6 +462,8 @@ def recommend(spec: SearchSpec) -> RecommendResult:
     allowed = _best_per_layout(allowed)
     feasible = bool(allowed and allowed[0][0].meets_slo)
     top = [c for c, _ in allowed if c.meets_slo][: spec.top] or [c for c, _ in allowed][: spec.top]
+    if not top:  # nothing within the constraints: the closest fleets, with what they break
+        top = _closest(cands, spec)
     mixed = (
         _mixed(spec, online, allowed[0][0], allowed[0][1].screened, screened)
         if feasible and spec.batch_share
@@ -494,6 +506,19 @@ def _best_per_layout(
             seen.add(key)
             out.append((c, e))
     return out
+
+
+def _closest(cands: list[Candidate], spec: SearchSpec) -> list[Candidate]:
+    ranked = sorted(cands, key=lambda c: _rank_key(c, spec.objective))[: spec.top]
+    for c in ranked:
+        if spec.max_gpus is not None and c.total_gpus > spec.max_gpus:
+            c.notes.insert(0, f"over constraints.max_gpus ({c.total_gpus} > {spec.max_gpus})")
+        if spec.budget_usd_per_hour is not None and c.usd_per_hour > spec.budget_usd_per_hour:
+            c.notes.insert(
+                0,
+                f"over the budget (${c.usd_per_hour:,.2f}/h > ${spec.budget_usd_per_hour:,.2f}/h)",
+            )
+    return ranked
 
 
 def _over_constraints(c: Candidate, spec: SearchSpec) -> bool:

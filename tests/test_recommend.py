@@ -1,0 +1,326 @@
+"""The deployment recommender: the fleet it picks is consistent with the project's own
+calculators, priced exactly, cheapest in its space, and honest when nothing works."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from inferwise.calculators import api
+from inferwise.calculators.budget import decompose_budget
+from inferwise.calculators.errors import InputError
+from inferwise.calculators.recommend.evaluate import budget_request, evaluate
+from inferwise.calculators.recommend.screen import Screen, spare_replicas
+from inferwise.calculators.recommend.search import recommend
+from inferwise.calculators.recommend.space import Config
+from inferwise.knowledge.recommending import RecommendRequest, recommend_deployment, search_spec
+
+MODEL_8B = "meta-llama/Llama-3.1-8B-Instruct"
+BASE = {
+    "model": [MODEL_8B],
+    "gpus": ["h100-sxm-80gb", "l40s"],
+    "request_rate": 8.0,
+    "peak_to_mean": 2.0,
+    "input_tokens": 800,
+    "input_tokens_p95": 2400,
+    "output_tokens": 150,
+    "output_tokens_p95": 400,
+    "slo_ttft_ms": {"p95": 1000},
+    "slo_itl_ms": {"p95": 60},
+}
+
+
+def _run(**over):
+    return recommend_deployment(RecommendRequest(**{**BASE, **over}))
+
+
+@pytest.fixture(scope="module")
+def chat():
+    """An 8B chat workload at 99.9 % availability on two GPU types."""
+    return _run(availability=0.999, gpu_price={"h100": 4.0, "l40s": 1.5})
+
+
+def test_recommended_fleet_passes_the_budget_at_its_design_load(chat):
+    c = chat.recommended
+    assert chat.feasible and c is not None and c.meets_slo
+    spec = search_spec(RecommendRequest(**BASE, availability=0.999))
+    req = decompose_budget(
+        _budget_for(c, spec, spec.peak_rate_per_s / c.replicas), find_max_rate=False
+    )
+    assert req.feasible
+    # the serving replicas carry the peak within the SLO, the spare comes on top
+    assert c.replicas * c.max_rate_under_slo_per_replica >= spec.peak_rate_per_s - 1e-9
+    assert c.spare_replicas == 1
+
+
+def _budget_for(c, spec, rate):
+    from inferwise.calculators.budget import BudgetRequest
+
+    return BudgetRequest(
+        model=c.model,
+        gpu=c.gpu,
+        tensor_parallel_size=c.tensor_parallel_size,
+        quantization=None if c.quantization == "bf16" else c.quantization,
+        kv_cache_dtype=c.kv_cache_dtype,
+        max_model_len=c.max_model_len,
+        max_num_seqs=c.max_num_seqs,
+        max_num_batched_tokens=c.max_num_batched_tokens,
+        slo_ttft_ms=spec.slo_ttft_ms,
+        slo_itl_ms=spec.slo_itl_ms,
+        input_tokens=spec.input_tokens.p50,
+        input_tokens_p95=spec.input_tokens.p95,
+        output_tokens=spec.output_tokens.p50,
+        output_tokens_p95=spec.output_tokens.p95,
+        request_rate=rate,
+    )
+
+
+def test_cost_arithmetic_is_exact(chat):
+    spec = search_spec(RecommendRequest(**BASE))
+    price = {"h100-sxm-80gb": 4.0, "l40s": 1.5}
+    for c in chat.candidates:
+        assert c.total_gpus == (c.replicas + c.spare_replicas) * c.gpus_per_replica
+        assert c.usd_per_gpu_hour == price[c.gpu]
+        assert c.usd_per_hour == pytest.approx(c.total_gpus * price[c.gpu], rel=1e-12)
+        per_hour = spec.mean_rate_per_s * 3600
+        out_m = per_hour * spec.output_tokens.mean / 1e6
+        in_m = per_hour * spec.input_tokens.mean / 1e6
+        assert c.usd_per_million_output_tokens == pytest.approx(c.usd_per_hour / out_m)
+        assert c.usd_per_million_input_tokens == pytest.approx(c.usd_per_hour / in_m)
+        assert c.usd_per_successful_request == pytest.approx(
+            c.usd_per_hour / (per_hour * c.slo_attainment)
+        )
+        assert c.usd_per_day == pytest.approx(c.usd_per_hour * 24)
+    assert {p.gpu: p.source for p in chat.prices}["l40s"].startswith("user")
+
+
+def test_candidates_are_ranked_cheapest_first_and_carry_runnable_commands(chat):
+    costs = [c.usd_per_hour for c in chat.candidates if c.meets_slo]
+    assert costs == sorted(costs)
+    c = chat.recommended
+    assert c.serve_command.startswith(f"vllm serve {MODEL_8B} --tensor-parallel-size")
+    assert f"--max-model-len {c.max_model_len}" in c.serve_command
+    assert f"--max-num-seqs {c.max_num_seqs}" in c.serve_command
+    assert c.verify_command.startswith("inferwise probe http://HOST:8000")
+    assert f"--request-rate {c.design_rate_per_replica:.3g}" in c.verify_command
+    assert "--slo ttft_ms=1000" in c.verify_command
+    assert chat.searched.configurations >= 200 and chat.searched.simulated >= 1
+    assert chat.pareto, "the frontier of the simulated candidates"
+
+
+def test_availability_rule():
+    assert spare_replicas(None) == 0
+    assert spare_replicas(0.99) == 0
+    assert spare_replicas(0.999) == 1
+    assert spare_replicas(0.9999) == 2
+
+
+@settings(
+    max_examples=3,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    rate=st.sampled_from([2.0, 6.0, 15.0]),
+    ttft=st.sampled_from([600.0, 1500.0]),
+    itl=st.sampled_from([40.0, 80.0]),
+)
+def test_no_cheaper_grid_point_meets_the_same_slo(rate, ttft, itl):
+    """Brute force over GPU x TP x {bf16, fp8} at the engine's default batch limits."""
+    over = {
+        "request_rate": rate,
+        "slo_ttft_ms": {"p95": ttft},
+        "slo_itl_ms": {"p95": itl},
+        "gpu_price": {"h100": 4.0, "l40s": 1.5},
+        "top": 1,
+    }
+    req = RecommendRequest(**{**BASE, **over})
+    spec = search_spec(req)
+    result = recommend(spec)
+    best = result.recommended.usd_per_hour if result.feasible else math.inf
+    screen = Screen(spec, {"h100-sxm-80gb": 4.0, "l40s": 1.5})
+    for gpu in ("h100-sxm-80gb", "l40s"):
+        for tp in (1, 2):
+            for quant in ("bf16", "fp8"):
+                cfg = Config(MODEL_8B, None, gpu, tp, 1, quant, "auto", None, None)
+                v = screen.check(cfg)
+                if v.screened is None:
+                    continue
+                e = evaluate(v.screened, spec)
+                if e.meets_slo:
+                    usd = e.total_gpus * v.screened.usd_per_gpu_hour
+                    assert best <= usd + 1e-9, (cfg.label(), usd, best)
+
+
+def test_an_infeasible_workload_says_why_and_what_would_work():
+    r = recommend_deployment(
+        RecommendRequest(
+            model=["deepseek-ai/DeepSeek-R1"],
+            gpus=["l4"],
+            max_gpus=4,
+            request_rate=1,
+            input_tokens=1000,
+            output_tokens=200,
+            slo_ttft_ms={"p95": 2000},
+        )
+    )
+    assert r.feasible is False and r.recommended is None
+    assert any("does not fit" in x.reason for x in r.rejected)
+    assert r.nearest and any("fits" in n for n in r.nearest)
+
+
+def test_quality_floor_picks_the_cheapest_model_that_passes():
+    r = _run(
+        model=[MODEL_8B, "meta-llama/Llama-3.2-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct"],
+        model_quality={MODEL_8B: 0.90, "meta-llama/Llama-3.2-3B-Instruct": 0.80},
+        quality_floor_score=0.85,
+        gpus=["l40s"],
+        top=3,
+    )
+    assert r.feasible
+    assert all(c.model != "meta-llama/Llama-3.2-3B-Instruct" for c in r.candidates)
+    assert any("quality below the floor" in x.reason for x in r.rejected)
+    assert r.recommended.quality in (0.90, None)
+
+
+def test_mixed_traffic_compares_a_shared_fleet_with_two_pools():
+    r = _run(batch_share=0.4, gpus=["l40s"])
+    m = r.mixed_traffic
+    assert m is not None and {o.name for o in m.options} == {"shared", "separate"}
+    assert m.chosen == min(m.options, key=lambda o: o.usd_per_hour).name
+    # the online fleet is sized for the online share only
+    assert r.design_rate_per_s == pytest.approx(8.0 * 0.6 * 2.0)
+
+
+def test_scale_to_zero_with_a_long_cold_start_misses_the_first_requests():
+    hourly = [0.0] * 6 + [4.0] * 12 + [1.0] * 6
+    wl = {"traffic": {"hourly_rate_rps": hourly}}
+    r = _run(workload=wl, request_rate=None, scale_to_zero=True, gpus=["l40s"], top=1)
+    a = r.recommended.autoscaling
+    assert a is not None
+    assert a.cold_start.total_s > 1.0
+    assert a.first_requests_after_idle_miss_ttft is True
+    assert 0 < a.gpu_hours_per_day < a.fixed_fleet_gpu_hours_per_day
+    assert a.requests_missing_slo_during_scale_up > 0
+
+
+def test_flags_override_the_workload_and_the_workload_fills_the_rest():
+    wl = {
+        "traffic": {
+            "arrival_rate_rps": 3,
+            "peak_to_mean": 2,
+            "input_tokens": {"p50": 500, "p95": 2000},
+            "output_tokens": {"p50": 100},
+        },
+        "slo": {"ttft_ms": {"p95": 900}, "availability": 0.9999},
+        "constraints": {"gpus": ["l40s"], "gpu_prices_usd_per_hour": {"l40s": 1.0}},
+        "deployment": {"model": MODEL_8B},
+    }
+    spec = search_spec(RecommendRequest(workload=wl, request_rate=5, gpu_price={"l40s": 2.0}))
+    assert spec.mean_rate_per_s == 5 and spec.peak_to_mean == 2
+    assert spec.input_tokens.p95 == 2000 and spec.slo_ttft_ms == {"p95": 900}
+    assert spec.gpus == ["l40s"] and spec.gpu_prices_usd_per_hour == {"l40s": 2.0}
+    assert spec.availability == 0.9999 and spec.models[0].model == MODEL_8B
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--gpus", "h900"], "--gpus"),
+        (["--gpu-price", "l40s=-1"], "--gpu-price"),
+        (["--budget-usd-per-hour", "0"], "--budget-usd-per-hour"),
+        (["--slo-ttft-ms", "p97=500"], "slo_ttft_ms"),
+    ],
+)
+def test_bad_input_is_exit_2_naming_the_field(args, field):
+    cmd = [sys.executable, "-m", "inferwise.server", "recommend", "--model", MODEL_8B]
+    cmd += ["--request-rate", "1", "--input-tokens", "100", "--output-tokens", "10", *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert field.lstrip("-").replace("-", "_") in p.stderr.replace("-", "_"), p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_missing_rate_names_both_ways_to_give_it():
+    with pytest.raises(InputError) as exc:
+        search_spec(RecommendRequest(model=[MODEL_8B], input_tokens=100, output_tokens=10))
+    assert exc.value.field == "request_rate" and "arrival_rate_rps" in str(exc.value.accepted)
+
+
+def test_json_output_has_the_contract_fields():
+    cmd = [sys.executable, "-m", "inferwise.server", "recommend", "--json", "--top", "2"]
+    for k, v in BASE.items():
+        flag = "--" + k.replace("_", "-")
+        if isinstance(v, list):
+            cmd += [flag, ",".join(v)]
+        elif isinstance(v, dict):
+            cmd += [flag, *(f"{a}={b}" for a, b in v.items())]
+        else:
+            cmd += [flag, str(v)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    for key in (
+        "feasible",
+        "recommended",
+        "candidates",
+        "pareto",
+        "rejected",
+        "searched",
+        "prices",
+        "assumptions",
+    ):
+        assert key in out
+    c = out["recommended"]
+    for key in (
+        "gpu",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "expert_parallel",
+        "quantization",
+        "kv_cache_dtype",
+        "max_model_len",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "engine",
+        "replicas",
+        "spare_replicas",
+        "total_gpus",
+        "max_rate_under_slo_per_replica",
+        "usd_per_hour",
+        "usd_per_million_output_tokens",
+        "usd_per_million_input_tokens",
+        "usd_per_successful_request",
+        "predicted",
+        "meets_slo",
+        "serve_command",
+        "verify_command",
+    ):
+        assert key in c
+    assert set(c["predicted"]) == {"ttft_ms", "itl_ms", "e2e_ms"}
+    assert set(c["predicted"]["ttft_ms"]) == {"p50", "p95", "p99"}
+    assert set(out["searched"]) >= {"configurations", "simulated", "elapsed_s"}
+
+
+def test_the_memo_makes_a_repeated_search_cheap():
+    spec = search_spec(RecommendRequest(**{**BASE, "gpus": ["l40s"], "top": 1}))
+    first = recommend(spec)
+    hits = api._BUDGET.hits
+    again = recommend(spec)
+    assert again.recommended == first.recommended
+    assert api._BUDGET.hits > hits
+
+
+def test_budget_request_of_a_screened_config_is_the_users_budget_call():
+    spec = search_spec(RecommendRequest(**BASE))
+    screen = Screen(spec, {"h100-sxm-80gb": 4.0, "l40s": 1.5})
+    s = screen.check(Config(MODEL_8B, None, "h100-sxm-80gb", 1, 1, "bf16", "auto", None, None))
+    req = budget_request(s.screened, spec, 3.0)
+    assert req.model == MODEL_8B and req.request_rate == 3.0 and req.slo_itl_ms == {"p95": 60}
