@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .files import MiB, loads_json, path_exists, read_text
+from .files import MiB, expand_path, loads_json, path_exists, read_text
 
 DATA_DIR = Path(__file__).parent / "data"
 GPU_FILE = DATA_DIR / "gpus.toml"
@@ -380,7 +380,7 @@ def load_model(spec: str, *, fresh: bool = True, revision: str | None = None) ->
     if not spec:
         raise InputError("model", "empty model name", accepted="a Hugging Face id or a path")
     is_url = spec.lower().startswith(("https://huggingface.co/", "http://huggingface.co/"))
-    path = Path(spec).expanduser()
+    path = expand_path(spec)
     if not is_url and path_exists(path):
         return _load_path(path)
     hub_source, why = _from_hub(spec, revision)

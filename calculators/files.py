@@ -27,11 +27,20 @@ MAX_NUMBER_DIGITS = 40
 """Longer integer literals are not a count of anything; Python would refuse past 4,300."""
 
 
+def expand_path(spec: str | os.PathLike[str]) -> Path:
+    """``~`` and ``~user`` expanded; the path as written when there is no such user (pathlib
+    raises RuntimeError then), so it is reported as a path that does not exist."""
+    try:
+        return Path(spec).expanduser()
+    except RuntimeError:
+        return Path(spec)
+
+
 def stat_path(spec: str | os.PathLike[str]) -> os.stat_result | None:
     """The file's status, or None when there is no such path (or it cannot be a path:
     too long, a NUL byte, a component that is not a folder)."""
     try:
-        return os.stat(Path(spec).expanduser())
+        return os.stat(expand_path(spec))
     except (OSError, ValueError):
         return None
 
@@ -46,7 +55,7 @@ def read_text(path: str | os.PathLike[str], field: str, max_bytes: int, what: st
     A device, FIFO, socket or folder is refused before it is opened (reading
     one can block for ever or never end); the size is checked by stat and again
     while reading (``/proc`` files report a size of 0)."""
-    p = Path(path).expanduser()
+    p = expand_path(path)
     st = stat_path(p)
     if st is None:
         raise InputError(field, f"no such {what}: {_short(p)}")

@@ -23,7 +23,14 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from inferwise.calculators.errors import InputError
-from inferwise.calculators.files import MiB, check_depth, loads_json, path_exists, read_text
+from inferwise.calculators.files import (
+    MiB,
+    check_depth,
+    expand_path,
+    loads_json,
+    path_exists,
+    read_text,
+)
 from inferwise.knowledge.vocabulary import HYPOTHESES, SERVING_ENGINES, SYMPTOMS
 
 PERCENTILE_KEYS = ("p50", "p90", "p95", "p99")
@@ -341,7 +348,7 @@ def load_workload(spec: str, field_prefix: str = "workload") -> Workload:
         raise InputError(field_prefix, f"longer than {MAX_WORKLOAD_BYTES // MiB} MiB")
     if text.startswith(("{", "[")):
         return parse_workload(loads_json(text, field_prefix, "the workload"), field_prefix)
-    path = Path(text).expanduser()
+    path = expand_path(text)
     if not path_exists(path):
         raise InputError(
             field_prefix,

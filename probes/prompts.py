@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from inferwise.calculators.errors import InputError
@@ -97,9 +96,9 @@ def load_dataset(path: str) -> list[DatasetRow]:
     """Read a JSONL dataset; every problem is an InputError naming `dataset` and the line."""
     import stat
 
-    from inferwise.calculators.files import MiB, loads_json, stat_path
+    from inferwise.calculators.files import MiB, expand_path, loads_json, stat_path
 
-    p = Path(path).expanduser()
+    p = expand_path(path)
     st = stat_path(p)
     if st is None or not stat.S_ISREG(st.st_mode):
         raise InputError("dataset", f"no such file: {path}", "a JSONL file (a regular file)")

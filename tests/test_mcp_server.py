@@ -82,6 +82,7 @@ def test_every_design_tool_is_listed_with_schemas_and_annotations(server) -> Non
         "search_knowledge",
         "list_runs",
         "compare_runs",
+        "recommend_deployment",
     }
     for tool in tools.values():
         assert tool.output_schema, tool.name

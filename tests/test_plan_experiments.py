@@ -113,17 +113,12 @@ def test_greenfield_starts_with_sizing_then_baseline(plans):
     assert p.stages[0].title.startswith("Size candidate deployments")
     assert p.stages[1].title.startswith("Reproducible baseline")
     assert any(m.startswith("inferwise fit") for m in p.stages[0].measure)
-    assert p.sizing, "fit must have been called for the candidate GPUs"
-    gpus = {c.gpu for c in p.sizing}
-    assert gpus == {"h100-sxm-80gb", "h200-sxm-141gb"}
-    # a 30B model in bf16 leaves far more KV room on a 141 GB H200 than on an 80 GB H100
-    tp1 = {c.gpu: c for c in p.sizing if c.tensor_parallel_size == 1}
-    assert tp1["h200-sxm-141gb"].fits
-    assert tp1["h200-sxm-141gb"].max_concurrency > 3 * (tp1["h100-sxm-80gb"].max_concurrency or 0)
-    for c in p.sizing:
-        if c.replicas_needed:  # replicas x TP against constraints.max_gpus = 8
-            assert c.gpus_needed == c.replicas_needed * c.tensor_parallel_size
-            assert c.within_max_gpus == (c.gpus_needed <= 8)
+    assert p.sizing, "the recommender's fleets for the candidate GPUs"
+    assert {c.gpu for c in p.sizing} <= {"h100-sxm-80gb", "h200-sxm-141gb"}
+    for c in p.sizing:  # priced fleets within constraints.max_gpus = 8, each with its command
+        assert c.usd_per_hour and c.usd_per_hour > 0 and c.serve_command.startswith("vllm serve")
+        assert c.gpus_needed and c.replicas_needed and c.gpus_needed % c.replicas_needed == 0
+        assert c.within_max_gpus == (c.gpus_needed <= 8)
     assert any("computed" in a for a in p.assumptions)
     missing = {m.field for m in p.missing_measurements}
     assert {"observations.ttft_ms", "observations.itl_ms"} <= missing
@@ -390,6 +385,11 @@ def test_identical_calculator_questions_are_answered_once_per_call(monkeypatch):
 
     monkeypatch.setattr(sizing, "_compute", count_compute)
     monkeypatch.setattr(sizing, "_call", count_call)
+    # the fit-based sizing (a workload the recommender cannot search): the recommender's own
+    # calculations are memoised in calculators.api and tested with it
+    import inferwise.knowledge.plan_sizing as plan_sizing
+
+    monkeypatch.setattr(plan_sizing, "_recommended", lambda a: [])
     with_memo = _plan(wl)
     assert len(asked) > len(computed) and sorted(set(computed)) == ["budget", "fit", "predict"]
 

@@ -324,3 +324,47 @@ def test_budget_request_of_a_screened_config_is_the_users_budget_call():
     s = screen.check(Config(MODEL_8B, None, "h100-sxm-80gb", 1, 1, "bf16", "auto", None, None))
     req = budget_request(s.screened, spec, 3.0)
     assert req.model == MODEL_8B and req.request_rate == 3.0 and req.slo_itl_ms == {"p95": 60}
+
+
+@pytest.mark.slow
+def test_closed_loop_the_recommended_replica_meets_the_slo_when_probed():
+    """The top recommendation started as `inferwise sim` with its flags and probed at its
+    per-replica design load with the workload's lengths: the measured p95s meet the SLO."""
+    import re
+    import shlex
+
+    r = _run(
+        gpus=["h100-sxm-80gb"],
+        request_rate=3.0,
+        output_tokens=40,
+        output_tokens_p95=80,
+        slo_ttft_ms={"p95": 1500},
+        slo_itl_ms={"p95": 80},
+        top=1,
+    )
+    c = r.recommended
+    sim = [sys.executable, "-m", "inferwise.server", "sim", "--port", "0", "--model", c.model]
+    sim += ["--gpu", c.gpu, "--tensor-parallel-size", str(c.tensor_parallel_size)]
+    sim += ["--kv-cache-dtype", c.kv_cache_dtype, "--max-model-len", str(c.max_model_len)]
+    sim += ["--max-num-seqs", str(c.max_num_seqs)]
+    sim += ["--max-num-batched-tokens", str(c.max_num_batched_tokens)]
+    if c.quantization != "bf16":
+        sim += ["--quantization", c.quantization]
+    for flag in sim[sim.index("--tensor-parallel-size") :: 2]:
+        assert flag in c.serve_command
+    proc = subprocess.Popen(sim, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        url = re.search(r"(http://127\.0\.0\.1:\d+)", line).group(1)
+        probe = shlex.split(c.verify_command.replace("http://HOST:8000", url))
+        probe[probe.index("--requests") + 1] = "60"
+        cmd = [sys.executable, "-m", "inferwise.server", *probe[1:], "--json", "--db", ":memory:"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        assert p.returncode == 0, p.stderr
+        summary = json.loads(p.stdout)["summary"]
+        assert summary["completed"] >= 55
+        assert summary["ttft_ms"]["p95"] <= 1500, summary["ttft_ms"]
+        assert summary["itl_ms"]["p95"] <= 80, summary["itl_ms"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)

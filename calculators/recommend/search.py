@@ -216,6 +216,12 @@ class _Simulation:
             if not self._may_continue(len(order) - i):
                 return self.done
             if i >= heads and self._cannot_enter_top(s):
+                self.tally.add(
+                    f"not simulated: its cost bound is above the {self.spec.top} cheapest "
+                    "fleets found (bigger or costlier layouts)",
+                    s.config.label(),
+                    len(order) - i,
+                )
                 break
             self._evaluate(s)
         self._variants(variants)
@@ -397,7 +403,15 @@ def pareto_front(cands: list[Candidate]) -> list[ParetoPoint]:
             for o in pts
         )
     ]
-    front.sort(key=lambda c: -c.output_tokens_per_s_per_gpu)
+    front.sort(key=lambda c: (-c.output_tokens_per_s_per_gpu, c.usd_per_million_output_tokens))
+    seen: set[tuple[float, float]] = set()
+    unique = []
+    for c in front:  # batch-limit variants that simulate alike are one point
+        key = (round(c.output_tokens_per_s_per_gpu, 1), round(c.output_tokens_per_s_per_user, 1))
+        if key not in seen:
+            seen.add(key)
+            unique.append(c)
+    front = unique
     return [
         ParetoPoint(
             output_tokens_per_s_per_gpu=c.output_tokens_per_s_per_gpu,
