@@ -183,7 +183,16 @@ PLAN_TOP = 3
 """Fleets the plan's sizing table shows (``inferwise recommend`` lists more)."""
 
 
-def _recommended(a: Analysis) -> list[Candidate]:
+def cheapest_alternative(a: Analysis) -> Candidate | None:
+    """The cheapest fleet of the running model on its GPU type that meets the SLO (or none)."""
+    wl = a.workload
+    if wl.deployment is None or not wl.deployment.model or not wl.deployment.gpu:
+        return None
+    found = _recommended(a, gpus=[wl.deployment.gpu], top=1)
+    return found[0] if found and found[0].meets_slo else None
+
+
+def _recommended(a: Analysis, gpus: list[str] | None = None, top: int = 0) -> list[Candidate]:
     """``inferwise recommend`` on the workload, its candidates as the plan's table; empty when
     the workload lacks what the search needs (the plan then sizes by fit alone)."""
     from inferwise.calculators.errors import InputError
@@ -192,8 +201,10 @@ def _recommended(a: Analysis) -> list[Candidate]:
     wl = a.workload
     if wl.slo is None or wl.traffic is None or not wl.traffic.arrival_rate_rps:
         return []
-    gpus = (wl.constraints.gpus if wl.constraints and wl.constraints.gpus else []) or (
-        [wl.deployment.gpu] if wl.deployment and wl.deployment.gpu else []
+    gpus = (
+        gpus
+        or (wl.constraints.gpus if wl.constraints and wl.constraints.gpus else [])
+        or ([wl.deployment.gpu] if wl.deployment and wl.deployment.gpu else [])
     )
     data = wl.model_dump(
         exclude_none=True, include={"product", "traffic", "slo", "constraints", "deployment"}
@@ -220,7 +231,7 @@ def _from_recommendation(c: Any) -> Candidate:
         max_rate_under_slo=c.max_rate_under_slo_per_replica,
         replicas_needed=c.replicas + c.spare_replicas,
         gpus_needed=c.total_gpus,
-        within_max_gpus=True,
+        within_max_gpus=not any(n.startswith("over constraints.max_gpus") for n in c.notes),
         quantization=c.quantization,
         kv_cache_dtype=c.kv_cache_dtype,
         max_model_len=c.max_model_len,

@@ -51,7 +51,7 @@ from inferwise.knowledge.plan_parts import (
     peak_rate,
     slo_items,
 )
-from inferwise.knowledge.plan_sizing import size_candidates
+from inferwise.knowledge.plan_sizing import cheapest_alternative, size_candidates
 from inferwise.knowledge.plan_stages import build_stages
 from inferwise.knowledge.vocabulary import HYPOTHESES
 
@@ -105,6 +105,11 @@ class PlanResult(BaseModel):
     )
     hypotheses: list[Hypothesis]
     sizing: list[Candidate] = Field(default_factory=list)
+    cheapest_meeting_slo: Candidate | None = Field(
+        default=None,
+        description="Diagnostic mode: the cheapest fleet of the same model on the same GPU type "
+        "that meets the SLO (inferwise recommend), to set beside the current deployment.",
+    )
     stages: list[Stage]
     acceptance_criteria: AcceptanceCriteria
     facts_to_verify: list[FactToVerify]
@@ -330,6 +335,7 @@ def _plan(req: PlanRequest) -> PlanResult:
         hyps = [leading, *[h for h in hyps if h.id != leading.id]]
 
     cands = size_candidates(a) if greenfield else []
+    cheapest = None if greenfield else cheapest_alternative(a)
     run_url = a.run.config.get("url") if a.run else None
     url = req.url or run_url or URL_PLACEHOLDER
     stages = build_stages(a, hyps, leading, url, greenfield, cands, req.max_stages)
@@ -375,6 +381,7 @@ def _plan(req: PlanRequest) -> PlanResult:
         summary=verdict(a, hyps),
         hypotheses=hyps[:6],
         sizing=cands,
+        cheapest_meeting_slo=cheapest,
         stages=stages,
         acceptance_criteria=acceptance_criteria(a, stages),
         facts_to_verify=facts_to_verify(a, stages),

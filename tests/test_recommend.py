@@ -368,3 +368,55 @@ def test_closed_loop_the_recommended_replica_meets_the_slo_when_probed():
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+def test_plan_on_a_running_deployment_shows_the_cheapest_fleet_that_meets_the_slo():
+    from inferwise.knowledge.planning import PlanRequest, plan_experiments
+
+    wl = {
+        "traffic": {
+            "arrival_rate_rps": 4,
+            "input_tokens": {"p50": 800},
+            "output_tokens": {"p50": 150},
+        },
+        "slo": {"ttft_ms": {"p95": 1000}},
+        "deployment": {"model": MODEL_8B, "gpu": "l40s", "tensor_parallel_size": 2},
+        "observations": {"ttft_ms": {"p95": 2500}, "queue_depth": 12},
+    }
+    p = plan_experiments(PlanRequest(workload=wl))
+    assert p.mode == "diagnostic"
+    c = p.cheapest_meeting_slo
+    assert c is not None and c.gpu == "l40s" and c.meets_slo and c.usd_per_hour > 0
+
+
+def test_sglang_gets_its_own_launch_line_and_moe_says_expert_parallelism_is_not_searched():
+    r = _run(engine="sglang", gpus=["h100-sxm-80gb"], top=1)
+    assert r.recommended.serve_command.startswith(
+        f"python -m sglang.launch_server --model-path {MODEL_8B} --tp "
+    )
+    assert "--context-length" in r.recommended.serve_command
+    moe = _run(model=["Qwen/Qwen3-30B-A3B"], gpus=["h100-sxm-80gb"], top=1)
+    assert any("expert parallelism not searched" in x.reason for x in moe.rejected)
+
+
+def test_mcp_tool_takes_the_workload_as_an_inline_object():
+    import asyncio
+
+    from inferwise.server.mcp_server import make_tool_function
+    from inferwise.server.registry import BY_TOOL
+
+    fn = make_tool_function(BY_TOOL["recommend_deployment"])
+    wl = {
+        "traffic": {
+            "arrival_rate_rps": 2,
+            "input_tokens": {"p50": 600},
+            "output_tokens": {"p50": 120},
+        },
+        "slo": {"ttft_ms": {"p95": 1200}},
+        "constraints": {"gpus": ["l40s"]},
+        "deployment": {"model": MODEL_8B},
+    }
+    result = asyncio.run(fn(workload=wl, top=1))
+    data = result.structured_content
+    assert data["feasible"] is True and data["recommended"]["gpu"] == "l40s"
+    assert "Recommended deployment" in result.content[0].text

@@ -84,18 +84,15 @@ def evaluate(s: Screened, spec: SearchSpec) -> Evaluated:
         missed = "; ".join(first.why[:2]) or "an idle replica misses a target"
         return Evaluated(s, 0.0, 0, 0, first, False, 0.0, f"no rate meets the SLO: {missed}")
     replicas = max(1, math.ceil(peak / max_rate - 1e-9))
-    design = first if replicas == serving_guess else None
-    for _ in range(MAX_TOP_UPS + 1):
-        if design is None:
-            design = api.budget(_budget_request(s, spec, peak / replicas), find_max_rate=False)
+    design = first if replicas == serving_guess else _design_point(s, spec, peak / replicas)
+    for _ in range(MAX_TOP_UPS):
         if design.feasible:
             break
         replicas += 1
-        design = None
-    assert design is not None
+        design = _design_point(s, spec, peak / replicas)
     return Evaluated(
         screened=s,
-        max_rate_per_replica=min(max_rate, peak / replicas) if not design.feasible else max_rate,
+        max_rate_per_replica=max_rate,
         replicas=replicas,
         spare_replicas=spare_replicas(spec.availability),
         design=design,
@@ -103,6 +100,11 @@ def evaluate(s: Screened, spec: SearchSpec) -> Evaluated:
         slo_attainment=float(design.slo_attainment),
         reason=None if design.feasible else "; ".join(design.why[:2]),
     )
+
+
+def _design_point(s: Screened, spec: SearchSpec, rate: float) -> Any:
+    """The budget of one replica at ``rate``, without a rate search."""
+    return api.budget(_budget_request(s, spec, rate), find_max_rate=False)
 
 
 def _evaluate_offline(s: Screened, spec: SearchSpec) -> Evaluated:

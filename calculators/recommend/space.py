@@ -142,6 +142,14 @@ def configurations(
     """Every configuration of the space, grouped so one memory layout's variants are adjacent."""
     out: list[Config] = []
     for m in models:
+        if m.is_moe:
+            skipped.add(
+                "expert parallelism not searched: the step model shards experts as tensor "
+                "parallelism does (same memory per GPU) and has no all-to-all term; measure "
+                "--enable-expert-parallel against the recommended TP",
+                f"{m.model} --enable-expert-parallel",
+                len(gpus),
+            )
         for g in gpus:
             kvs = kv_options(g, skipped, m.model)
             for quant in weight_options(m, g, skipped):
