@@ -420,3 +420,15 @@ def test_mcp_tool_takes_the_workload_as_an_inline_object():
     data = result.structured_content
     assert data["feasible"] is True and data["recommended"]["gpu"] == "l40s"
     assert "Recommended deployment" in result.content[0].text
+
+
+@pytest.mark.parametrize("objective", ["latency", "throughput_per_gpu"])
+def test_other_objectives_rank_by_their_own_metric(objective):
+    r = _run(gpus=["l40s"], objective=objective, top=4)
+    ok = [c for c in r.candidates if c.meets_slo]
+    assert len(ok) >= 2
+    if objective == "latency":
+        keys = [c.predicted.e2e_ms.p95 for c in ok]
+    else:
+        keys = [-c.max_rate_under_slo_per_replica / c.gpus_per_replica for c in ok]
+    assert keys == sorted(keys)
