@@ -191,15 +191,43 @@ def _targets_and_baseline(a: Analysis) -> tuple[list[MetricValue], list[MetricVa
                 note="upper bound",
             )
         )
-        baseline.append(
-            MetricValue(
-                metric="cost_usd_per_hour",
-                unit="USD/h",
-                source="missing",
-                note="GPU count x your price per GPU-hour",
-            )
-        )
+        baseline.append(_cost_baseline(wl))
     return targets, baseline
+
+
+def _cost_baseline(wl: Any) -> MetricValue:
+    """The stated deployment's cost at the price `recommend` would use (the user's price from
+    constraints.gpu_prices_usd_per_hour, else the shipped on-demand table)."""
+    from inferwise.calculators.catalog import get_gpu
+    from inferwise.calculators.errors import InputError
+    from inferwise.calculators.prices import price_for, resolve_overrides
+
+    missing = MetricValue(
+        metric="cost_usd_per_hour",
+        unit="USD/h",
+        source="missing",
+        note="GPU count x your price per GPU-hour",
+    )
+    d = wl.deployment
+    if d is None or not d.gpu:
+        return missing
+    try:
+        gpu = get_gpu(d.gpu).id
+        user = (wl.constraints.gpu_prices_usd_per_hour or {}) if wl.constraints else {}
+        price = price_for(gpu, resolve_overrides(user, "constraints.gpu_prices_usd_per_hour"))
+    except InputError:
+        return missing
+    if price is None:
+        return missing
+    per_replica = d.num_gpus or (d.tensor_parallel_size or 1) * (d.pipeline_parallel_size or 1)
+    gpus = per_replica * (d.replicas or 1)
+    return MetricValue(
+        metric="cost_usd_per_hour",
+        value=gpus * price.usd_per_gpu_hour,
+        unit="USD/h",
+        source="computed",
+        note=f"{gpus} x {gpu} at ${price.usd_per_gpu_hour:g}/GPU-hour ({price.source.split(',')[0]})",
+    )
 
 
 def _rate_baseline(a: Analysis) -> MetricValue:

@@ -432,3 +432,18 @@ def test_other_objectives_rank_by_their_own_metric(objective):
     else:
         keys = [-c.max_rate_under_slo_per_replica / c.gpus_per_replica for c in ok]
     assert keys == sorted(keys)
+
+
+def test_plan_prices_the_stated_deployment_as_its_cost_baseline():
+    from inferwise.knowledge.planning import PlanRequest, plan_experiments
+
+    wl = {
+        "constraints": {"budget_usd_per_hour": 40, "gpu_prices_usd_per_hour": {"h100": 2.5}},
+        "deployment": {"model": MODEL_8B, "gpu": "h100", "tensor_parallel_size": 2, "replicas": 3},
+    }
+    cost = next(
+        b
+        for b in plan_experiments(PlanRequest(workload=wl)).baseline
+        if b.metric == "cost_usd_per_hour"
+    )
+    assert cost.source == "computed" and cost.value == pytest.approx(3 * 2 * 2.5)
