@@ -110,6 +110,13 @@ class RecommendRequest(BaseModel):
         default=None, ge=0, lt=1, description="Share of the traffic that is offline batch work."
     )
 
+    @field_validator("quality_floor_score")
+    @classmethod
+    def _finite_floor(cls, v: float | None) -> float | None:
+        if v is not None and not math.isfinite(v):
+            raise ValueError(f"{v!r} is not a finite score")
+        return v
+
     @field_validator("gpu_price", "model_quality")
     @classmethod
     def _finite(cls, v: dict[str, float]) -> dict[str, float]:
@@ -184,6 +191,10 @@ def _rate(req: RecommendRequest, wl: Workload) -> tuple[float, list[float] | Non
     t = wl.traffic
     hourly = t.hourly_rate_rps if t else None
     rate = req.request_rate if req.request_rate is not None else (t.arrival_rate_rps if t else None)
+    if hourly and req.request_rate is not None and sum(hourly) > 0:
+        # the flag wins: the day keeps its shape, scaled to the stated mean
+        scale = req.request_rate / (sum(hourly) / 24)
+        hourly = [h * scale for h in hourly]
     if rate is None and hourly:
         rate = sum(hourly) / 24
     if rate is None or rate <= 0:
@@ -304,10 +315,24 @@ def search_spec(req: RecommendRequest) -> Any:
         return SearchSpec.model_validate(fields)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err.get("loc", ())) or "input"
+        parts = [str(x) for x in err.get("loc", ())]
+        if parts:
+            parts[0] = _SPEC_TO_FLAG.get(parts[0], parts[0])
+            if parts[0] in ("input_tokens", "output_tokens") and len(parts) == 1:
+                parts[0] += "_p95"  # the only cross-field check: a p95 below the p50
+        loc = ".".join(parts) or "input"
         raise InputError(
             loc, str(err.get("msg", "invalid")).removeprefix("Value error, ")
         ) from None
+
+
+_SPEC_TO_FLAG = {
+    "mean_rate_per_s": "request_rate",
+    "hourly_rate_per_s": "workload.traffic.hourly_rate_rps",
+    "gpu_prices_usd_per_hour": "gpu_price",
+    "models": "model",
+}
+"""Search-spec fields named as the user gave them."""
 
 
 def recommend_deployment(req: RecommendRequest) -> Any:

@@ -447,3 +447,28 @@ def test_plan_prices_the_stated_deployment_as_its_cost_baseline():
         if b.metric == "cost_usd_per_hour"
     )
     assert cost.source == "computed" and cost.value == pytest.approx(3 * 2 * 2.5)
+
+
+def test_review_findings_stay_fixed():
+    """From a new-user review: the flag wins over a profile, replicas stay under saturation,
+    an FP8 checkpoint is not 'quantized at load time', a min_replicas floor is not a spare."""
+    hourly = [1.0] * 12 + [3.0] * 12
+    spec = search_spec(
+        RecommendRequest(
+            **{**BASE, "workload": {"traffic": {"hourly_rate_rps": hourly}}, "request_rate": 4.0}
+        )
+    )
+    assert spec.daily_mean_rate_per_s == pytest.approx(4.0)
+    assert max(spec.hourly_rate_per_s) == pytest.approx(6.0)
+    r = _run(gpus=["l40s"], top=2, request_rate=0.05, min_replicas=3)
+    c = r.recommended
+    assert c.spare_replicas == 0 and c.replicas + c.spare_replicas < 3
+    assert c.total_gpus == 3 * c.gpus_per_replica
+    assert any("min_replicas adds" in n for n in c.notes)
+    for c in _run(gpus=["h100"], top=3).candidates:
+        assert c.utilisation <= 0.9 + 1e-9
+    fp8 = _run(model=["Qwen/Qwen3-32B-FP8"], gpus=["h100"], top=1).recommended
+    assert fp8.quantization == "fp8" and "--quantization" not in fp8.serve_command
+    assert not any("at load time" in n for n in fp8.notes)
+    with pytest.raises(Exception, match="finite"):
+        RecommendRequest(**{**BASE, "quality_floor_score": float("nan")})

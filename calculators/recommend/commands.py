@@ -19,7 +19,7 @@ def serve_command(s: Screened, spec: SearchSpec) -> str:
             f"--model-path {c.model}",
             f"--tp {c.tensor_parallel_size}",
             *([f"--pp-size {c.pipeline_parallel_size}"] if c.pipeline_parallel_size > 1 else []),
-            *(["--quantization fp8"] if c.quantization == FP8 else []),
+            *(["--quantization fp8"] if c.quantization_flag == FP8 else []),
             *(["--kv-cache-dtype fp8_e4m3"] if c.kv_cache_dtype == "fp8" else []),
             f"--context-length {s.max_model_len}",
             f"--max-running-requests {s.max_num_seqs}",
@@ -36,7 +36,7 @@ def serve_command(s: Screened, spec: SearchSpec) -> str:
             if c.pipeline_parallel_size > 1
             else []
         ),
-        *(["--quantization fp8"] if c.quantization == FP8 else []),
+        *(["--quantization fp8"] if c.quantization_flag == FP8 else []),
         *(["--kv-cache-dtype fp8"] if c.kv_cache_dtype == "fp8" else []),
         f"--max-model-len {s.max_model_len}",
         f"--max-num-seqs {s.max_num_seqs}",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import api
-from .screen import Screened, deployment_fields, spare_replicas
+from .screen import MAX_UTILISATION, Screened, deployment_fields, spare_replicas
 from .spec import SearchSpec
 
 MAX_TOP_UPS = 3
@@ -79,7 +79,9 @@ def evaluate(s: Screened, spec: SearchSpec) -> Evaluated:
     peak = spec.peak_rate_per_s
     serving_guess = max(1, s.replicas_lower_bound - spare_replicas(spec.availability))
     first = api.budget(_budget_request(s, spec, peak / serving_guess))
-    max_rate = float(first.max_rate_under_slo or 0.0)
+    max_rate = min(
+        float(first.max_rate_under_slo or 0.0), first.saturation_request_rate * MAX_UTILISATION
+    )
     if max_rate <= 0:
         missed = "; ".join(first.why[:2]) or "an idle replica misses a target"
         return Evaluated(s, 0.0, 0, 0, first, False, 0.0, f"no rate meets the SLO: {missed}")

@@ -84,8 +84,10 @@ class Candidate(BaseModel):
     )
     usd_per_gpu_hour: float
     usd_per_hour: float = Field(description="total_gpus x usd_per_gpu_hour.")
-    usd_per_million_output_tokens: float = Field(description="At the mean rate, fleet cost.")
-    usd_per_million_input_tokens: float = Field(description="At the mean rate, fleet cost.")
+    usd_per_million_output_tokens: float = Field(
+        description="The day's fleet cost (autoscaled when autoscaling is on) / the day's tokens."
+    )
+    usd_per_million_input_tokens: float = Field(description="As usd_per_million_output_tokens.")
     usd_per_successful_request: float = Field(
         description="Fleet cost per hour / successful requests per hour at the mean rate."
     )

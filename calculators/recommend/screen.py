@@ -21,6 +21,9 @@ from ..errors import InputError
 from .space import Config
 from .spec import SearchSpec
 
+MAX_UTILISATION = 0.9
+"""A replica is loaded to at most 90 % of its saturation rate: above it the queue of a burst
+longer than the simulated minute grows faster than it drains (the offline path uses 85 %)."""
 IDLE_MARGIN = 1.05
 """An idle bound must miss a target by 5 % before it rules a configuration out unsimulated:
 the bound leaves out nothing, but the simulation samples lengths, and a near miss is its call."""
@@ -140,7 +143,8 @@ class Screen:
             )
         sat = _saturation(model, self.spec, window)
         price = self.prices[cfg.gpu]
-        replicas = max(1, math.ceil(self.spec.peak_rate_per_s / max(sat, 1e-9) - 1e-9))
+        capacity = max(sat * MAX_UTILISATION, 1e-9)
+        replicas = max(1, math.ceil(self.spec.peak_rate_per_s / capacity - 1e-9))
         replicas += spare_replicas(self.spec.availability)
         return Verdict(
             screened=Screened(

@@ -300,7 +300,7 @@ def _tail(p: Any) -> Tail | None:
 def _candidate(e: Evaluated, spec: SearchSpec) -> Candidate:
     s, c = e.screened, e.screened.config
     replicas = _fleet_replicas(e, spec)
-    spares = replicas - e.replicas
+    spares = e.spare_replicas
     total = replicas * c.gpus_per_replica
     costs = fleet.fixed_fleet_costs(total, s.usd_per_gpu_hour, spec, e.slo_attainment)
     design_rate = spec.peak_rate_per_s / e.replicas
@@ -316,6 +316,8 @@ def _candidate(e: Evaluated, spec: SearchSpec) -> Candidate:
             s.usd_per_gpu_hour,
             fleet.cold_start(s.checkpoint_bytes, spec.autoscaling.cold_start_s),
         )
+    # autoscaled: the day's work is paid at the replayed GPU-hours, not the peak fleet's
+    day_share = replay.usd_per_day / costs.usd_per_day if replay and costs.usd_per_day else 1.0
     notes = list(_candidate_notes(e, spec))
     return Candidate(
         model=c.model,
@@ -341,9 +343,9 @@ def _candidate(e: Evaluated, spec: SearchSpec) -> Candidate:
         utilisation=min(1.0, design_rate / s.saturation_rate_per_s),
         usd_per_gpu_hour=s.usd_per_gpu_hour,
         usd_per_hour=costs.usd_per_hour,
-        usd_per_million_output_tokens=costs.usd_per_million_output_tokens,
-        usd_per_million_input_tokens=costs.usd_per_million_input_tokens,
-        usd_per_successful_request=costs.usd_per_successful_request,
+        usd_per_million_output_tokens=costs.usd_per_million_output_tokens * day_share,
+        usd_per_million_input_tokens=costs.usd_per_million_input_tokens * day_share,
+        usd_per_successful_request=costs.usd_per_successful_request * day_share,
         slo_attainment=e.slo_attainment,
         gpu_hours_per_day=replay.gpu_hours_per_day if replay else costs.gpu_hours_per_day,
         usd_per_day=replay.usd_per_day if replay else costs.usd_per_day,
@@ -364,8 +366,8 @@ def _candidate_notes(e: Evaluated, spec: SearchSpec) -> list[str]:
     c = e.screened.config
     if c.quantization == INT4:
         yield "int4 weights: a quality risk; evaluate an AWQ/GPTQ checkpoint against the floor first"
-    if c.quantization == "fp8" and e.screened.config.quantization != c.model:
-        yield "fp8 weights quantized at load time (vLLM --quantization fp8); check quality"
+    if c.quantization == "fp8" and not c.from_checkpoint:
+        yield "fp8 weights quantized at load time (--quantization fp8); check quality"
     if c.kv_cache_dtype == "fp8":
         yield "fp8 KV cache: check long-context quality"
     if e.screened.max_model_len < 32768 and e.screened.max_model_len == spec.context_needed:
@@ -375,6 +377,14 @@ def _candidate_notes(e: Evaluated, spec: SearchSpec) -> list[str]:
         )
     if not e.meets_slo and e.reason:
         yield f"misses the SLO: {e.reason}"
+    if e.meets_slo and e.slo_attainment < 0.9:
+        yield (
+            f"each target holds at its percentile, but only {e.slo_attainment:.0%} of requests "
+            "meet all of them at once"
+        )
+    floor = _fleet_replicas(e, spec) - e.total_replicas
+    if floor > 0:
+        yield f"min_replicas adds {floor} replica(s) beyond the peak's need and the spares"
 
 
 def _rank_key(c: Candidate, objective: str) -> tuple[Any, ...]:
@@ -488,7 +498,7 @@ def recommend(spec: SearchSpec) -> RecommendResult:
         verdict=_verdict(feasible, top, spec, tally),
         recommended=top[0] if feasible else None,
         candidates=top,
-        pareto=pareto_front(cands),
+        pareto=pareto_front([c for c, _ in allowed] or cands),
         rejected=tally.as_list(),
         nearest=[] if feasible else _nearest(spec, cands, tally),
         mixed_traffic=mixed,
@@ -548,14 +558,18 @@ def _verdict(feasible: bool, top: list[Candidate], spec: SearchSpec, tally: _Tal
         q = {"bf16": "BF16", "fp8": "FP8", "int4": "INT4"}.get(c.quantization, c.quantization)
         return (
             f"{c.replicas + c.spare_replicas} x {c.gpu} TP{c.tensor_parallel_size} {q} "
-            f"({c.total_gpus} GPUs, ${c.usd_per_hour:,.2f}/h) serves {spec.peak_rate_per_s:g} req/s "
+            f"({c.total_gpus} GPUs, ${c.usd_per_hour:,.2f}/h) serves {_online_part(spec).peak_rate_per_s:g} req/s "
             f"at peak with every target met; ${c.usd_per_successful_request * 1000:,.3f} per 1,000 "
             f"successful requests"
         )
     if top:
-        return (
-            "no simulated fleet meets every target within the constraints; the closest are listed"
-        )
+        broken = [n for n in top[0].notes if n.startswith("over ")]
+        if top[0].meets_slo and broken:
+            return (
+                "no fleet within the constraints: the closest below meet every target but are "
+                + "; ".join(broken)
+            )
+        return "no simulated fleet meets every target; the closest are listed with what they miss"
     common = tally.as_list()[0].reason if tally.items else "nothing to search"
     return f"nothing in the search space works; most common reason: {common}"
 
@@ -587,12 +601,14 @@ def _nearest(spec: SearchSpec, cands: list[Candidate], tally: _Tally) -> list[st
     if fits:
         best = min(fits, key=lambda s: s.usd_per_hour_lower_bound)
         c = best.config
+        pp = f" PP{c.pipeline_parallel_size}" if c.pipeline_parallel_size > 1 else ""
+        gpus = best.replicas_lower_bound * c.gpus_per_replica
         out.append(
-            f"nearest that fits and can reach the targets: {best.replicas_lower_bound} x {c.gpu} "
-            f"TP{c.tensor_parallel_size}{f' PP{c.pipeline_parallel_size}' if c.pipeline_parallel_size > 1 else ''} "
-            f"{c.quantization} weights, KV {c.kv_cache_dtype}, --max-model-len {best.max_model_len:,} "
-            f"(from ${best.usd_per_hour_lower_bound:,.2f}/h, a capacity bound; run recommend with "
-            f"--gpus {c.gpu})"
+            f"the cheapest layout that fits on any priced GPU: {c.gpu} TP{c.tensor_parallel_size}{pp} "
+            f"{c.quantization} weights, KV {c.kv_cache_dtype}, --max-model-len {best.max_model_len:,}; "
+            f"at least {best.replicas_lower_bound} replica(s) = {gpus} GPUs, from "
+            f"${best.usd_per_hour_lower_bound:,.2f}/h (a capacity bound, not simulated): run "
+            f"recommend with --gpus {c.gpu} and constraints that allow it"
         )
     elif not out:
         out.append(
@@ -650,9 +666,9 @@ def _mixed(
         chosen=chosen.name,
         reason=(
             f"{chosen.name} costs ${chosen.usd_per_hour:,.2f}/h vs "
-            f"${max(o.usd_per_hour for o in options):,.2f}/h; the online SLO is held in both "
-            "(shared: batch requests are admitted only below the online design load, e.g. vLLM "
-            "--scheduling-policy priority)"
+            f"${max(o.usd_per_hour for o in options):,.2f}/h; the online fleet is simulated for the "
+            "online share alone; shared assumes batch requests run at low priority and only "
+            "below the online design load (e.g. vLLM --scheduling-policy priority; not simulated)"
         ),
         options=options,
     )
@@ -671,6 +687,8 @@ def _assumptions(spec: SearchSpec) -> list[str]:
         "expert parallelism is not searched separately: the step model shards experts like "
         "tensor parallelism (same memory per GPU); measure --enable-expert-parallel on MoE models",
         "prompt and output lengths lognormal through p50 and p95, as in budget",
+        "a replica is loaded to at most 90 % of its saturation rate (headroom for bursts "
+        "longer than the simulated minute)",
         "latency and capacity from budget's simulation (the calibrated step model); the verify "
         "command measures what matters",
     ]
@@ -681,4 +699,14 @@ def _assumptions(spec: SearchSpec) -> list[str]:
         )
     if not spec.has_targets:
         out.append("no latency targets: replicas loaded to 85 % of their saturation rate")
+    if spec.shared_prefix_fraction:
+        out.append(
+            f"traffic.shared_prefix_fraction {spec.shared_prefix_fraction:g} is not priced in: "
+            "prefill as if no prefix cache hit (conservative); measure the hit rate"
+        )
+    if spec.batch_share:
+        out.append(
+            f"the candidates serve the online share ({1 - spec.batch_share:.0%}); their per-token "
+            "and per-request costs are the online traffic's (see mixed_traffic for the batch work)"
+        )
     return out

@@ -37,6 +37,8 @@ class Config:
     kv_cache_dtype: str
     max_num_seqs: int | None
     max_num_batched_tokens: int | None
+    from_checkpoint: bool = False
+    """The weights are the checkpoint's own quantization (no --quantization flag)."""
 
     @property
     def gpus_per_replica(self) -> int:
@@ -45,7 +47,9 @@ class Config:
     @property
     def quantization_flag(self) -> str | None:
         """The deployment's ``quantization`` field: None for the checkpoint's own."""
-        return self.quantization if self.quantization in (FP8, "int4") else None
+        if self.from_checkpoint:
+            return None
+        return self.quantization if self.quantization in (FP8, INT4) else None
 
     def label(self) -> str:
         parts = [
@@ -157,7 +161,18 @@ def configurations(
                     for tp, pp in parallel_options(max_gpus):
                         for seqs, mbt in batch_options():
                             out.append(
-                                Config(m.model, m.revision, g.id, tp, pp, quant, kv, seqs, mbt)
+                                Config(
+                                    m.model,
+                                    m.revision,
+                                    g.id,
+                                    tp,
+                                    pp,
+                                    quant,
+                                    kv,
+                                    seqs,
+                                    mbt,
+                                    from_checkpoint=quant == m.checkpoint_quantization,
+                                )
                             )
     if max_gpus is not None and max_gpus < 2 * GPUS_PER_NODE:
         skipped.add(
