@@ -382,9 +382,27 @@ def _candidate_notes(e: Evaluated, spec: SearchSpec) -> list[str]:
             f"each target holds at its percentile, but only {e.slo_attainment:.0%} of requests "
             "meet all of them at once"
         )
+    yield from _what_sizes_it(e)
     floor = _fleet_replicas(e, spec) - e.total_replicas
     if floor > 0:
         yield f"min_replicas adds {floor} replica(s) beyond the peak's need and the spares"
+
+
+def _what_sizes_it(e: Evaluated) -> list[str]:
+    """Which target sets the fleet size: the budget's binding stage, and whether latency
+    rather than throughput caps a replica."""
+    out = []
+    binding, target = getattr(e.design, "binding", None), getattr(e.design, "binding_target", None)
+    if binding and target:
+        out.append(f"binding at the design load: the {binding} stage against {target}")
+    sat = e.screened.saturation_rate_per_s
+    if e.meets_slo and sat > 0 and e.max_rate_per_replica < 0.5 * sat:
+        out.append(
+            f"latency, not throughput, sizes the fleet: a replica carries "
+            f"{e.max_rate_per_replica:.3g} req/s within the SLO, {e.max_rate_per_replica / sat:.0%} "
+            "of its saturation rate; a looser target or shorter prompts cut the fleet most"
+        )
+    return out
 
 
 def _rank_key(c: Candidate, objective: str) -> tuple[Any, ...]:
