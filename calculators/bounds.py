@@ -19,6 +19,8 @@ MAX_BURSTINESS = 100.0
 MAX_SLO_MS = 86_400_000.0
 """One day: the longest latency target that is still a target."""
 MAX_SEED = 2**63 - 1
+PERCENTILE_KEYS = ("p50", "p90", "p95", "p99")
+"""The percentiles a latency target may name."""
 
 
 def check_rate(value: float | None, allow_inf: bool = False) -> float | None:
@@ -43,3 +45,14 @@ def check_slo_ms(name: str, value: float) -> float:
             f"target for {name} must be a positive number of ms up to {MAX_SLO_MS:g}, got {value:g}"
         )
     return float(value)
+
+
+def check_slo_targets(targets: dict[str, float]) -> dict[str, float]:
+    """Latency targets by percentile (``{"p95": 800}``): keys normalised, each value checked."""
+    out: dict[str, float] = {}
+    for key, value in targets.items():
+        k = key.strip().lower()
+        if k not in PERCENTILE_KEYS:
+            raise ValueError(f"unknown percentile '{key}' (accepted: {', '.join(PERCENTILE_KEYS)})")
+        out[k] = check_slo_ms(k, value)
+    return out

@@ -44,14 +44,14 @@ from .bounds import (
     MAX_SEED,
     MAX_SLO_MS,
     MIN_BURSTINESS,
+    PERCENTILE_KEYS,
     check_rate,
-    check_slo_ms,
+    check_slo_targets,
 )
 from .deployment import Deployment
 from .errors import InputError
 from .predict import MAX_REQUESTS, Percentiles, check_p95_lengths, measured
 
-PERCENTILE_KEYS = ("p50", "p90", "p95", "p99")
 Stage = Literal["queue", "network", "preprocessing", "prefill", "decode", "postprocessing"]
 STAGES: tuple[Stage, ...] = (
     "network",
@@ -241,15 +241,7 @@ class BudgetRequest(Deployment):
     @field_validator("slo_e2e_ms", "slo_ttft_ms", "slo_itl_ms")
     @classmethod
     def _percentiles(cls, v: dict[str, float]) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for key, value in v.items():
-            k = key.strip().lower()
-            if k not in PERCENTILE_KEYS:
-                raise ValueError(
-                    f"unknown percentile '{key}' (accepted: {', '.join(PERCENTILE_KEYS)})"
-                )
-            out[k] = check_slo_ms(k, value)
-        return out
+        return check_slo_targets(v)
 
     @model_validator(mode="after")
     def _consistent(self) -> BudgetRequest:

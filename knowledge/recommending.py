@@ -14,11 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from inferwise.calculators.bounds import PERCENTILE_KEYS
 from inferwise.calculators.errors import InputError
 from inferwise.knowledge.diagnosis import WORKLOAD_HELP
 from inferwise.knowledge.workload import Workload
-
-PERCENTILE_KEYS = ("p50", "p90", "p95", "p99")
 
 
 def _slo(metric: str) -> Any:

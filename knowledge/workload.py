@@ -33,9 +33,6 @@ from inferwise.calculators.files import (
 )
 from inferwise.knowledge.vocabulary import HYPOTHESES, SERVING_ENGINES, SYMPTOMS
 
-PERCENTILE_KEYS = ("p50", "p90", "p95", "p99")
-"""Percentile keys in the order plans prefer for tail targets (p95 first, see `tail_key`)."""
-
 ENGINES = (*SERVING_ENGINES, "other")
 ROUTERS = ("round_robin", "least_loaded", "prefix_aware", "session_sticky", "single_replica")
 

@@ -50,7 +50,8 @@ class Evaluated:
         return self.total_replicas * self.screened.config.gpus_per_replica
 
 
-def _budget_request(s: Screened, spec: SearchSpec, rate: float) -> Any:
+def budget_request(s: Screened, spec: SearchSpec, rate: float) -> Any:
+    """The ``budget`` request that checks one replica of ``s`` at ``rate``."""
     from ..budget import BudgetRequest
 
     return BudgetRequest(
@@ -67,18 +68,13 @@ def _budget_request(s: Screened, spec: SearchSpec, rate: float) -> Any:
     )
 
 
-def budget_request(s: Screened, spec: SearchSpec, rate: float) -> Any:
-    """The ``budget`` request that checks one replica of ``s`` at ``rate`` (tests use it too)."""
-    return _budget_request(s, spec, rate)
-
-
 def evaluate(s: Screened, spec: SearchSpec) -> Evaluated:
     """Size the fleet of one configuration and check it at its design load."""
     if not spec.has_targets:
         return _evaluate_offline(s, spec)
     peak = spec.peak_rate_per_s
     serving_guess = max(1, s.replicas_lower_bound - spare_replicas(spec.availability))
-    first = api.budget(_budget_request(s, spec, peak / serving_guess))
+    first = api.budget(budget_request(s, spec, peak / serving_guess))
     max_rate = min(
         float(first.max_rate_under_slo or 0.0), first.saturation_request_rate * MAX_UTILISATION
     )
@@ -106,7 +102,7 @@ def evaluate(s: Screened, spec: SearchSpec) -> Evaluated:
 
 def _design_point(s: Screened, spec: SearchSpec, rate: float) -> Any:
     """The budget of one replica at ``rate``, without a rate search."""
-    return api.budget(_budget_request(s, spec, rate), find_max_rate=False)
+    return api.budget(budget_request(s, spec, rate), find_max_rate=False)
 
 
 def _evaluate_offline(s: Screened, spec: SearchSpec) -> Evaluated:

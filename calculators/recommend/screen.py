@@ -167,7 +167,7 @@ class Screen:
         """A target an idle replica already misses (its name, and the figures); None when
         every one is reachable."""
         spec = self.spec
-        fixed_ms = spec.network_rtt_ms + 1.0  # one round trip + template (the budget's default)
+        fixed_ms = spec.network_rtt_ms + _template_ms()  # what the budget adds before prefill
         for key, target in spec.slo_ttft_ms.items():
             prompt = int(spec.input_tokens.quantile(key))
             idle = fixed_ms + model.prefill_ms(prompt)
@@ -180,6 +180,13 @@ class Screen:
             if idle > target * IDLE_MARGIN:
                 return "ITL", f"{idle:,.1f} ms at batch 1 > {target:,.0f} ms"
         return None
+
+
+def _template_ms() -> float:
+    """The budget's per-request template cost (its default: the search does not change it)."""
+    from ..budget import BudgetRequest
+
+    return float(BudgetRequest.model_fields["template_ms"].default)
 
 
 def spare_replicas(availability: float | None) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from .. import deadline
@@ -39,7 +38,7 @@ from .result import (
     Tail,
 )
 from .screen import Screen, Screened
-from .space import INT4, Config, GpuFacts, ModelFacts, Skipped, configurations
+from .space import INT4, Config, GpuFacts, ModelFacts, Rejections, configurations
 from .spec import SearchSpec
 
 MAX_SIMULATED = 96
@@ -50,25 +49,15 @@ RESERVE_S = 5.0
 """Compute budget kept for pricing, the autoscaling replay and the nearest-fit search."""
 
 
-@dataclass
-class _Tally:
-    """Rejections by reason, each with a count and one example."""
-
-    items: dict[str, list[Any]] = field(default_factory=dict)
-
-    def add(self, reason: str, example: str, count: int = 1) -> None:
-        entry = self.items.setdefault(reason, [0, example])
-        entry[0] += count
-
-    def as_list(self) -> list[Rejection]:
-        rows = [Rejection(reason=r, count=c, example=e) for r, (c, e) in self.items.items()]
-        return sorted(rows, key=lambda r: -r.count)
+def _rejected(tally: Rejections) -> list[Rejection]:
+    rows = [Rejection(reason=r, count=c, example=e) for r, (c, e) in tally.items.items()]
+    return sorted(rows, key=lambda r: -r.count)
 
 
 # --------------------------------------------------------------------------- inputs
 
 
-def _gpu_facts(spec: SearchSpec, prices: dict[str, float], tally: _Tally) -> list[GpuFacts]:
+def _gpu_facts(spec: SearchSpec, prices: dict[str, float], tally: Rejections) -> list[GpuFacts]:
     from ..catalog import get_gpu
     from ..prices import priced_gpus
 
@@ -99,7 +88,7 @@ def _prices(spec: SearchSpec) -> tuple[dict[str, float], list[PriceUsed]]:
     return table, used
 
 
-def _model_facts(spec: SearchSpec, tally: _Tally) -> list[ModelFacts]:
+def _model_facts(spec: SearchSpec, tally: Rejections) -> list[ModelFacts]:
     from ..architecture import from_config
     from ..catalog import load_model
     from ..quantization import resolve_quantization
@@ -134,7 +123,7 @@ def _model_facts(spec: SearchSpec, tally: _Tally) -> list[ModelFacts]:
 
 
 def _screen_all(
-    configs: list[Config], screen: Screen, spec: SearchSpec, tally: _Tally
+    configs: list[Config], screen: Screen, spec: SearchSpec, tally: Rejections
 ) -> tuple[list[Screened], list[Screened]]:
     """The configurations that fit and may meet the constraints, and those that fit but
     already break max_gpus or the budget on their capacity bound."""
@@ -202,7 +191,7 @@ class _Simulation:
     """Simulate in bound order, keep the best fleet cost per layout, stop when nothing left can
     enter the top N (cost objective), the simulation cap or the time limit is reached."""
 
-    def __init__(self, spec: SearchSpec, tally: _Tally, started: float, warnings: list[str]):
+    def __init__(self, spec: SearchSpec, tally: Rejections, started: float, warnings: list[str]):
         self.spec, self.tally, self.started, self.warnings = spec, tally, started, warnings
         self.done: list[Evaluated] = []
         self.best: dict[tuple[Any, ...], float] = {}
@@ -479,15 +468,12 @@ def _online_part(spec: SearchSpec) -> SearchSpec:
 def recommend(spec: SearchSpec) -> RecommendResult:
     """Search, price and rank deployments for ``spec``; see the module docstring."""
     started = time.monotonic()
-    tally, warnings = _Tally(), []
+    tally, warnings = Rejections(), []
     online = _online_part(spec)
     prices, used = _prices(spec)
     gpus = _gpu_facts(spec, prices, tally)
     models = _model_facts(spec, tally)
-    skipped = Skipped()
-    configs = configurations(models, gpus, spec.max_gpus, skipped) if models and gpus else []
-    for reason, example, count in skipped.items:
-        tally.add(reason, example, count)
+    configs = configurations(models, gpus, spec.max_gpus, tally) if models and gpus else []
     screen = Screen(online, prices)
     screened, over = _screen_all(configs, screen, online, tally)
     evaluated = _Simulation(online, tally, started, warnings).run(screened)
@@ -517,7 +503,7 @@ def recommend(spec: SearchSpec) -> RecommendResult:
         recommended=top[0] if feasible else None,
         candidates=top,
         pareto=pareto_front([c for c, _ in allowed] or cands),
-        rejected=tally.as_list(),
+        rejected=_rejected(tally),
         nearest=[] if feasible else _nearest(spec, cands, tally),
         mixed_traffic=mixed,
         searched=Searched(
@@ -570,7 +556,7 @@ def _over_constraints(c: Candidate, spec: SearchSpec) -> bool:
     )
 
 
-def _verdict(feasible: bool, top: list[Candidate], spec: SearchSpec, tally: _Tally) -> str:
+def _verdict(feasible: bool, top: list[Candidate], spec: SearchSpec, tally: Rejections) -> str:
     if feasible:
         c = top[0]
         q = {"bf16": "BF16", "fp8": "FP8", "int4": "INT4"}.get(c.quantization, c.quantization)
@@ -588,11 +574,11 @@ def _verdict(feasible: bool, top: list[Candidate], spec: SearchSpec, tally: _Tal
                 + "; ".join(broken)
             )
         return "no simulated fleet meets every target; the closest are listed with what they miss"
-    common = tally.as_list()[0].reason if tally.items else "nothing to search"
+    common = _rejected(tally)[0].reason if tally.items else "nothing to search"
     return f"nothing in the search space works; most common reason: {common}"
 
 
-def _nearest(spec: SearchSpec, cands: list[Candidate], tally: _Tally) -> list[str]:
+def _nearest(spec: SearchSpec, cands: list[Candidate], tally: Rejections) -> list[str]:
     """What would make the workload feasible: relax one constraint and search the fit stage."""
     out = []
     over = [c for c in cands if c.meets_slo]
@@ -605,14 +591,14 @@ def _nearest(spec: SearchSpec, cands: list[Candidate], tally: _Tally) -> list[st
     relaxed = spec.model_copy(update={"gpus": [], "max_gpus": None, "budget_usd_per_hour": None})
     try:
         prices, _ = _prices(relaxed)
-        gpus = _gpu_facts(relaxed, prices, _Tally())
-        models = _model_facts(relaxed, _Tally())
+        gpus = _gpu_facts(relaxed, prices, Rejections())
+        models = _model_facts(relaxed, Rejections())
     except InputError:
         return out
     screen = Screen(relaxed, prices)
     configs = [
         c
-        for c in configurations(models, gpus, None, Skipped())
+        for c in configurations(models, gpus, None, Rejections())
         if c.max_num_seqs is None and c.max_num_batched_tokens is None
     ]
     fits = [v.screened for v in map(screen.check, configs) if v.screened is not None]

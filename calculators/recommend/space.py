@@ -77,13 +77,17 @@ class Config:
 
 
 @dataclass
-class Skipped:
-    """Classes of configurations left out before any calculation, with the reason."""
+class Rejections:
+    """Configurations left out, by reason: a count and one example each (``rejected``).
 
-    items: list[tuple[str, str, int]] = field(default_factory=list)
+    Classes skipped before any calculation and configurations ruled out later by the
+    screen or the simulation land in the same tally."""
 
-    def add(self, reason: str, example: str, count: int) -> None:
-        self.items.append((reason, example, count))
+    items: dict[str, list[Any]] = field(default_factory=dict)
+
+    def add(self, reason: str, example: str, count: int = 1) -> None:
+        entry = self.items.setdefault(reason, [0, example])
+        entry[0] += count
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,7 @@ class GpuFacts:
     has_fp8: bool
 
 
-def weight_options(m: ModelFacts, g: GpuFacts, skipped: Skipped) -> list[str]:
+def weight_options(m: ModelFacts, g: GpuFacts, skipped: Rejections) -> list[str]:
     """Weight precisions to try for this model on this GPU."""
     if m.checkpoint_quantization:
         return [m.checkpoint_quantization]
@@ -121,7 +125,7 @@ def weight_options(m: ModelFacts, g: GpuFacts, skipped: Skipped) -> list[str]:
     return out
 
 
-def kv_options(g: GpuFacts, skipped: Skipped, model: str) -> list[str]:
+def kv_options(g: GpuFacts, skipped: Rejections, model: str) -> list[str]:
     if g.has_fp8:
         return ["auto", "fp8"]
     skipped.add("fp8 KV cache skipped: the GPU has no FP8 units", f"{model} {g.id} kv-fp8", 1)
@@ -141,7 +145,7 @@ def batch_options() -> list[tuple[int | None, int | None]]:
 
 
 def configurations(
-    models: list[ModelFacts], gpus: list[GpuFacts], max_gpus: int | None, skipped: Skipped
+    models: list[ModelFacts], gpus: list[GpuFacts], max_gpus: int | None, skipped: Rejections
 ) -> list[Config]:
     """Every configuration of the space, grouped so one memory layout's variants are adjacent."""
     out: list[Config] = []

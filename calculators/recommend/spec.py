@@ -12,9 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..bounds import check_rate, check_slo_ms
+from ..bounds import check_rate, check_slo_targets
 
-PERCENTILE_KEYS = ("p50", "p90", "p95", "p99")
 Objective = Literal["cost", "latency", "throughput_per_gpu"]
 Mode = Literal["online", "offline", "mixed"]
 
@@ -156,15 +155,7 @@ class SearchSpec(BaseModel):
     @field_validator("slo_ttft_ms", "slo_itl_ms", "slo_e2e_ms")
     @classmethod
     def _percentiles(cls, v: dict[str, float]) -> dict[str, float]:
-        out = {}
-        for key, value in v.items():
-            k = key.strip().lower()
-            if k not in PERCENTILE_KEYS:
-                raise ValueError(
-                    f"unknown percentile '{key}' (accepted: {', '.join(PERCENTILE_KEYS)})"
-                )
-            out[k] = check_slo_ms(k, value)
-        return out
+        return check_slo_targets(v)
 
     @property
     def peak_rate_per_s(self) -> float:
