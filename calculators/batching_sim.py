@@ -122,16 +122,7 @@ def simulate(  # noqa: C901, PLR0915 - one cohesive step loop, kept whole for sp
     n = len(inp)
     prompt = inp.tolist()
     outl = out.tolist()
-    if arrival_ms is None:
-        if concurrency is None:
-            arrivals = [0.0] * n
-        else:
-            # Closed loop: clients start together (a benchmark) or spread evenly over
-            # `stagger_ms` (independent users, whose phases then stay spread).
-            c = min(concurrency, n)
-            arrivals = [stagger_ms * i / c for i in range(c)]
-    else:
-        arrivals = [float(a) for a in arrival_ms]
+    arrivals = _initial_arrivals(arrival_ms, concurrency, n, stagger_ms)
     closed = arrival_ms is None and concurrency is not None
     next_req = len(arrivals)  # closed loop: next request id to release
 
@@ -291,34 +282,9 @@ def simulate(  # noqa: C901, PLR0915 - one cohesive step loop, kept whole for sp
             line = lines.get(d)
             if line is None:
                 line = lines[d] = model.decode_line(d)
-            c0, c1, m0, m1, fixed = line
             limit = arrivals[arr_i] if arr_i < len(arrivals) and len(order) < max_seqs else None
-            if k <= 48:
-                # Few steps: plain arithmetic beats numpy's per-call cost.
-                times_l: list[float] = []
-                now = t
-                kv = kv0
-                for _ in range(k):
-                    dt_s = max(c0 + c1 * kv, m0 + m1 * kv) + fixed
-                    now += dt_s
-                    times_l.append(dt_s)
-                    kv += d
-                    if limit is not None and now >= limit:
-                        break
-                k = len(times_l)
-                times = np.array(times_l)
-                end_t = now
-            else:
-                kvs = kv0 + d * np.arange(k, dtype=float)
-                times = np.maximum(c0 + c1 * kvs, m0 + m1 * kvs) + fixed
-                ends = t + np.cumsum(times)
-                if limit is not None:
-                    cut = int(np.searchsorted(ends, limit, side="left")) + 1
-                    if cut < k:
-                        k = cut
-                        times = times[:k]
-                        ends = ends[:k]
-                end_t = float(ends[-1])
+            times, end_t = _decode_block(line, t, kv0, d, k, limit)
+            k = len(times)
             itl_chunks.append(times)
             itl_counts.append(d)
             decode_batch_sum += d * k
@@ -378,11 +344,97 @@ def simulate(  # noqa: C901, PLR0915 - one cohesive step loop, kept whole for sp
             decoding.add(i)
         max_running = max(max_running, len(order))
 
-    arr = np.array(arr_t)
-    first = np.array(first_t)
-    done = np.array(done_t)
-    ttft = first - arr
-    e2e = done - arr
+    return _result(
+        inp,
+        out,
+        _Timeline(arr_t, sched_t, first_t, done_t),
+        itl_chunks,
+        itl_counts,
+        _Counters(rejected, steps, preempt, decode_batch_sum, max_running, peak_kv),
+    )
+
+
+def _initial_arrivals(
+    arrival_ms: Any | None, concurrency: int | None, n: int, stagger_ms: float
+) -> list[float]:
+    """Arrival times known before the run: the open loop's, all at 0 (offline), or a closed
+    loop's first request per client."""
+    if arrival_ms is not None:
+        return [float(a) for a in arrival_ms]
+    if concurrency is None:
+        return [0.0] * n
+    # Closed loop: clients start together (a benchmark) or spread evenly over
+    # `stagger_ms` (independent users, whose phases then stay spread).
+    c = min(concurrency, n)
+    return [stagger_ms * i / c for i in range(c)]
+
+
+def _decode_block(
+    line: tuple[float, float, float, float, float],
+    t: float,
+    kv0: float,
+    d: int,
+    k: int,
+    limit: float | None,
+) -> tuple[Any, float]:
+    """Step times of up to ``k`` pure-decode steps of ``d`` sequences from time ``t`` (KV
+    tokens ``kv0``, growing by ``d`` a step), stopping at the step that reaches ``limit``
+    (the next arrival); returns the times and the end time."""
+    import numpy as np
+
+    c0, c1, m0, m1, fixed = line
+    if k <= 48:
+        # Few steps: plain arithmetic beats numpy's per-call cost.
+        times_l: list[float] = []
+        now = t
+        kv = kv0
+        for _ in range(k):
+            dt_s = max(c0 + c1 * kv, m0 + m1 * kv) + fixed
+            now += dt_s
+            times_l.append(dt_s)
+            kv += d
+            if limit is not None and now >= limit:
+                break
+        return np.array(times_l), now
+    kvs = kv0 + d * np.arange(k, dtype=float)
+    times = np.maximum(c0 + c1 * kvs, m0 + m1 * kvs) + fixed
+    ends = t + np.cumsum(times)
+    if limit is not None:
+        cut = int(np.searchsorted(ends, limit, side="left")) + 1
+        if cut < k:
+            times, ends = times[:cut], ends[:cut]
+    return times, float(ends[-1])
+
+
+@dataclass(frozen=True)
+class _Timeline:
+    """Per-request event times (ms) the step loop filled in (NaN where never reached)."""
+
+    arrival: list[float]
+    scheduled: list[float]
+    first_token: list[float]
+    done: list[float]
+
+
+@dataclass(frozen=True)
+class _Counters:
+    rejected: int
+    steps: int
+    preemptions: int
+    decode_batch_sum: float
+    max_running: int
+    peak_kv: int
+
+
+def _result(
+    inp: Any, out: Any, tl: _Timeline, itl_chunks: list[Any], itl_counts: list[Any], k: _Counters
+) -> SimResult:
+    """The run's per-request latencies and totals."""
+    import numpy as np
+
+    arr = np.array(tl.arrival)
+    first = np.array(tl.first_token)
+    done = np.array(tl.done)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (done - first) / (out - 1), np.nan)
     if itl_chunks:
@@ -391,26 +443,26 @@ def simulate(  # noqa: C901, PLR0915 - one cohesive step loop, kept whole for sp
     else:
         itl_values = itl_weights = np.array([])
     finite = done[~np.isnan(done)]
-    start = float(np.nanmin(arr)) if n else 0.0
+    start = float(np.nanmin(arr)) if len(arr) else 0.0
     duration = float(finite.max() - start) if len(finite) else 0.0
     return SimResult(
         arrival_ms=arr,
-        queue_ms=np.array(sched_t) - arr,
-        ttft_ms=ttft,
-        e2e_ms=e2e,
+        queue_ms=np.array(tl.scheduled) - arr,
+        ttft_ms=first - arr,
+        e2e_ms=done - arr,
         tpot_ms=tpot,
         itl_values=itl_values,
         itl_weights=itl_weights,
         input_tokens=inp,
         output_tokens=out,
         completed=int(len(finite)),
-        rejected=rejected,
+        rejected=k.rejected,
         duration_ms=duration,
-        steps=steps,
-        preemptions=preempt,
-        mean_decode_batch=decode_batch_sum / steps if steps else 0.0,
-        max_running=max_running,
-        peak_kv_tokens=int(peak_kv),
+        steps=k.steps,
+        preemptions=k.preemptions,
+        mean_decode_batch=k.decode_batch_sum / k.steps if k.steps else 0.0,
+        max_running=k.max_running,
+        peak_kv_tokens=int(k.peak_kv),
     )
 
 
