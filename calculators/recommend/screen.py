@@ -13,7 +13,7 @@ Only what survives is simulated (``evaluate``), cheapest bound first.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import api
@@ -101,9 +101,7 @@ class Screen:
         return self._windows[key]
 
     def _choose_window(self, cfg: Config) -> int | str:
-        base = cfg.__class__(
-            **{**cfg.__dict__, "max_num_seqs": None, "max_num_batched_tokens": None}
-        )
+        base = replace(cfg, max_num_seqs=None, max_num_batched_tokens=None)
         need = self.spec.context_needed
         full = self._counted_fit(base, None)
         if full.max_model_len < need:
