@@ -39,6 +39,18 @@ GiB = 1 << 30
 Provenance = Literal["measured", "computed", "assumed"]
 
 
+LlamaCacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+"""llama-server's --cache-type-k/-v values (common/arg.cpp)."""
+LLAMACPP_ONLY = (
+    "ctx_size",
+    "parallel",
+    "kv_unified",
+    "cache_type_k",
+    "cache_type_v",
+    "ubatch_size",
+)
+
+
 class FitRequest(Deployment):
     """A deployment plus the question the user is asking of it."""
 
@@ -62,6 +74,56 @@ class FitRequest(Deployment):
         default_factory=dict,
         description="Override config.json fields, KEY=VALUE (vLLM --hf-overrides), values as JSON "
         "(e.g. num_key_value_heads=8, model_type=llama); supplies facts a config lacks.",
+    )
+    engine: Literal["vllm", "sglang", "llama.cpp"] = Field(
+        default="vllm",
+        description="Serving engine whose memory policy applies; llama.cpp reads a GGUF file "
+        "(--model PATH.gguf or REPO:QUANT).",
+    )
+    ctx_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TOKENS,
+        description="llama.cpp -c: KV cells for all slots together; default: the training "
+        "context, shortened by llama-server's --fit step to what fits.",
+        json_schema_extra={"cli_aliases": ["-c"]},
+    )
+    parallel: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="llama.cpp -np slots; default: auto (4, sharing one unified cache).",
+        json_schema_extra={"cli_aliases": ["-np"]},
+    )
+    kv_unified: bool | None = Field(
+        default=None,
+        description="llama.cpp --kv-unified: all slots share one KV pool; default: on when "
+        "--parallel is unset.",
+    )
+    cache_type_k: LlamaCacheType | None = Field(
+        default=None,
+        description="llama.cpp --cache-type-k (-ctk); default f16.",
+        json_schema_extra={"cli_aliases": ["-ctk"]},
+    )
+    cache_type_v: LlamaCacheType | None = Field(
+        default=None,
+        description="llama.cpp --cache-type-v (-ctv); default f16; quantized V needs flash attention.",
+        json_schema_extra={"cli_aliases": ["-ctv"]},
+    )
+    ubatch_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="llama.cpp -ub physical batch; sizes the compute buffer; default 512.",
+        json_schema_extra={"cli_aliases": ["-ub"]},
+    )
+    flash_attn: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="llama.cpp -fa; auto is on for CUDA GPUs. Off adds attention scores over "
+        "the whole context to the compute buffer.",
+    )
+    swa_full: bool = Field(
+        default=False, description="llama.cpp --swa-full: full-size cache for window layers."
     )
     flashinfer_sampler: bool | None = Field(
         default=None,
@@ -340,6 +402,11 @@ def _estimate(
     """The fit. ``resolved`` is the (source, architecture) of ``req.model``
     already read, passed by ``_suggestions`` for alternatives that keep the
     model and its overrides, so they do not read and normalise it again."""
+    _check_engine_fields(req)
+    if req.engine == "llama.cpp":
+        from .llamacpp_fit import estimate_llamacpp
+
+        return estimate_llamacpp(req, with_suggestions)
     replica = _replica(req, resolved)
     if req.engine == "sglang":
         return _sglang(replica)
@@ -349,6 +416,28 @@ def _estimate(
             req, result, replica.source, replica.arch, replica.scheme, replica.gpu
         )
     return result
+
+
+def _check_engine_fields(req: FitRequest) -> None:
+    """Flags of one engine given to another are an error, not silently ignored."""
+    given = req.model_fields_set
+    if req.engine != "llama.cpp":
+        stray = [f for f in LLAMACPP_ONLY if getattr(req, f) is not None]
+        stray += ["flash_attn"] if req.flash_attn != "auto" else []
+        stray += ["swa_full"] if req.swa_full else []
+        if stray:
+            raise InputError(
+                stray[0], f"is a llama.cpp setting; add --engine llama.cpp (engine is {req.engine})"
+            )
+        return
+    vllm_only = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size")
+    for name in vllm_only:
+        if name in given and getattr(req, name) is not None:
+            twin = {"max_model_len": "--ctx-size (-c)", "max_num_seqs": "--parallel (-np)"}
+            raise InputError(
+                name,
+                f"is not a llama.cpp setting; use {twin.get(name, 'the llama.cpp flags')}",
+            )
 
 
 # --------------------------------------------------------------------------- the replica
