@@ -23,7 +23,10 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .checkpoint_tensors import TensorTable
 
 from .errors import InputError
 from .files import MiB, expand_path, loads_json, path_exists, read_text
@@ -114,6 +117,9 @@ class ModelSource:
     """The Hub commit the config was read at (``hub`` origin)."""
     resolution: str = ""
     """Where the facts came from, in words, for the result's assumptions."""
+    tensors: TensorTable | None = None
+    """Every checkpoint tensor's dtype and shape, from the safetensors headers (local
+    files or Hub range requests), when they could be read."""
 
 
 # --------------------------------------------------------------------------- GPUs
@@ -342,6 +348,10 @@ def _load_path(path: Path) -> ModelSource:
             "is it a Hugging Face config.json?",
         )
     checkpoint_bytes, how = _checkpoint_bytes(folder)
+    tensors, unreadable = _local_tensors(folder)
+    if tensors is not None:
+        checkpoint_bytes = tensors.total_bytes
+        how = f"checkpoint measured from the headers of its safetensors files ({_counts(tensors)})"
     quant_path = folder / "hf_quant_config.json"
     hf_quant_config = _read_json(quant_path) if quant_path.is_file() else None
     if not isinstance(hf_quant_config, dict):
@@ -355,7 +365,24 @@ def _load_path(path: Path) -> ModelSource:
         origin="path",
         notes="; ".join(n for n in (how, quant_how) if n),
         hf_quant_config=hf_quant_config,
+        tensors=tensors,
+        resolution=unreadable,
     )
+
+
+def _local_tensors(folder: Path) -> tuple[TensorTable | None, str]:
+    """The folder's tensor table; a header that does not parse leaves the config
+    arithmetic in charge (the fit needs no weights) and says why."""
+    from .checkpoint_tensors import read_folder
+
+    try:
+        return read_folder(folder), ""
+    except InputError as exc:
+        return None, f"safetensors headers not used ({exc.message}); weights from config.json"
+
+
+def _counts(table: TensorTable) -> str:
+    return ", ".join(f"{n:,} {d}" for d, n in table.parameters_by_dtype().items())
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -456,13 +483,9 @@ def _hub_source(files: Any) -> ModelSource:
     index = files.optional.get("model.safetensors.index.json")
     checkpoint_bytes = _index_total_size(index) if index else None
     resolution = ""
-    if files.parameters_by_dtype:
-        from .hub import header_bytes
-
-        measured = header_bytes(files.parameters_by_dtype)
-        checkpoint_bytes = measured or checkpoint_bytes
-        counts = ", ".join(f"{n:,} {d}" for d, n in sorted(files.parameters_by_dtype.items()))
-        resolution = f"; checkpoint measured from its safetensors headers: {counts}"
+    if files.tensors is not None:
+        checkpoint_bytes = files.tensors.total_bytes
+        resolution = f"; checkpoint measured from its safetensors headers: {_counts(files.tensors)}"
     where = f"{files.repo_id}@{files.commit or files.revision}"
     how = "the local Hub cache" if files.from_cache_only else "the Hugging Face Hub"
     return ModelSource(
@@ -475,6 +498,7 @@ def _hub_source(files: Any) -> ModelSource:
         hf_quant_config=hf_quant_config,
         revision=files.commit,
         resolution=f"config.json of {where} from {how}{resolution}",
+        tensors=files.tensors,
     )
 
 

@@ -562,6 +562,8 @@ def _weights(r: _Replica) -> WeightBytes:
     tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
     wb = weight_bytes(r.arch, scheme, r.act_bytes, tp, pp, mxfp4_alignment=alignment)
     r.notes.assumptions += list(wb.notes)
+    if _headers_apply(r):
+        return _measured_weights(r, wb)
     what = scheme.description if scheme.is_quantized else r.dtype_name
     r.notes.quantities.append(
         Quantity(
@@ -574,6 +576,52 @@ def _weights(r: _Replica) -> WeightBytes:
     if r.source.checkpoint_bytes:
         _check_against_checkpoint(r)
     return wb
+
+
+def _headers_apply(r: _Replica) -> bool:
+    """The checkpoint's own tensors are what the engine holds: served in the format it is
+    stored in (no load-time quantization or dtype cast), without kernel repacking (MXFP4
+    padding) and with a tensor table read from its headers."""
+    if r.source.tensors is None or r.req.quantization is not None or r.req.dtype != "auto":
+        return False
+    stored = (r.arch.torch_dtype or "").lower().removeprefix("torch.")
+    return r.scheme.method != "mxfp4" and stored not in ("float32", "float")
+
+
+def _measured_weights(r: _Replica, computed: WeightBytes) -> WeightBytes:
+    """Weights per GPU from the safetensors headers, sharded per tensor as vLLM does; the
+    config arithmetic is kept as the check beside it."""
+    from dataclasses import replace
+
+    from .checkpoint_tensors import per_stage_bytes
+
+    table = r.source.tensors
+    assert table is not None
+    tp, pp = r.req.tensor_parallel_size, r.req.pipeline_parallel_size
+    stages = per_stage_bytes(table, r.arch, tp, pp)
+    diff = (computed.total_bytes - table.total_bytes) / max(1, table.total_bytes)
+    by_dtype = ", ".join(f"{n:,} {d}" for d, n in table.parameters_by_dtype().items())
+    r.notes.quantities.append(
+        Quantity(
+            name="weights_gib",
+            provenance="measured",
+            detail=f"measured from the checkpoint's headers: {len(table.tensors):,} tensors, "
+            f"{table.total_bytes / GiB:.2f} GiB ({by_dtype}), split per tensor as vLLM shards "
+            f"it (config.json arithmetic: {diff:+.1%})",
+        )
+    )
+    if abs(diff) > 0.03:
+        r.notes.warnings.append(
+            f"config.json arithmetic ({computed.total_bytes / GiB:.2f} GiB) differs from the "
+            f"checkpoint's tensors ({table.total_bytes / GiB:.2f} GiB) by {diff:+.1%}; the "
+            "measured tensors are used"
+        )
+    return replace(
+        computed,
+        total_bytes=table.total_bytes,
+        per_gpu_bytes=max(stages),
+        per_stage_bytes=stages,
+    )
 
 
 def _check_against_checkpoint(r: _Replica) -> None:

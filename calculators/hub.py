@@ -19,13 +19,18 @@ of timeouts.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import InputError
+
+if TYPE_CHECKING:
+    from .checkpoint_tensors import TensorTable
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 OPTIONAL_FILES = ("hf_quant_config.json", "model.safetensors.index.json")
@@ -73,9 +78,9 @@ class HubFiles:
     optional: dict[str, Path]
     source_url: str
     from_cache_only: bool
-    parameters_by_dtype: dict[str, int] | None = None
-    """Parameters per safetensors dtype, read from the checkpoint's headers (range requests
-    of a few KB per shard), when the Hub was reached and the repo is in safetensors."""
+    tensors: TensorTable | None = None
+    """Every tensor's dtype and shape, read from the checkpoint's safetensors headers (range
+    requests of a few KB per shard), when the Hub was reached and the repo has them."""
 
 
 def _quiet() -> None:
@@ -85,6 +90,7 @@ def _quiet() -> None:
 
     if "huggingface_hub" not in sys.modules:
         os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # stderr is the user's
 
 
 def is_repo_id(spec: str) -> bool:
@@ -207,7 +213,10 @@ def _fetch(repo_id: str, revision: str, settings: HubSettings, offline: bool) ->
         except (errors.EntryNotFoundError, errors.HfHubHTTPError, OSError):
             continue
     commit = _commit_of(config)
-    headers = None if offline else _header_parameters(repo_id, commit or revision, settings)
+    headers = _cached_tensors(settings, repo_id, commit)
+    if headers is None and not offline:
+        headers = _header_tensors(repo_id, commit or revision, settings)
+        _keep_tensors(settings, repo_id, commit, headers)
     return HubFiles(
         repo_id=repo_id,
         revision=revision,
@@ -216,41 +225,69 @@ def _fetch(repo_id: str, revision: str, settings: HubSettings, offline: bool) ->
         optional=optional,
         source_url=f"{settings.endpoint}/{repo_id}/blob/{commit or revision}/config.json",
         from_cache_only=offline,
-        parameters_by_dtype=headers,
+        tensors=headers,
     )
 
 
-SAFETENSORS_BYTES = {
-    "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
-    "I16": 2, "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1,
-}  # fmt: skip
-"""Bytes per element of the safetensors dtypes (the format's own names)."""
-
-
-def _header_parameters(repo_id: str, revision: str, s: HubSettings) -> dict[str, int] | None:
-    """Parameters per dtype from the safetensors headers; None for other formats or on any
-    failure (the config arithmetic then stands alone). Only the headers are read."""
+def _header_tensors(repo_id: str, revision: str, s: HubSettings) -> TensorTable | None:
+    """The checkpoint's tensor table from its safetensors headers; None for other formats
+    or on any failure (the config arithmetic then stands alone). Only headers are read."""
     from huggingface_hub import HfApi
+
+    from .checkpoint_tensors import TensorTable, tensor
 
     try:
         meta = HfApi(endpoint=s.endpoint).get_safetensors_metadata(
             repo_id, revision=revision, token=s.token or False, timeout=CONNECT_TIMEOUT_S
         )
+        tensors = tuple(
+            tensor(name, info.dtype, list(info.shape))
+            for file_meta in meta.files_metadata.values()
+            for name, info in file_meta.tensors.items()
+        )
     except Exception:  # noqa: BLE001 - a refinement: no format, no network, odd headers
         return None
-    counts = {str(k): int(v) for k, v in (meta.parameter_count or {}).items()}
-    return counts or None
+    return TensorTable(tensors, f"{repo_id}@{revision}") if tensors else None
 
 
-def header_bytes(parameters_by_dtype: dict[str, int]) -> int | None:
-    """Checkpoint tensor bytes from the header counts (None for a dtype the table lacks)."""
-    total = 0
-    for dtype, count in parameters_by_dtype.items():
-        size = SAFETENSORS_BYTES.get(dtype.upper())
-        if size is None:
-            return None
-        total += size * count
-    return total
+def _tensor_cache(s: HubSettings, repo_id: str, commit: str | None) -> Path | None:
+    """Where a commit's tensor table is kept, beside the Hub cache (commits never change)."""
+    if not commit:
+        return None
+    name = repo_id.replace("/", "--") + f"--{commit}.json"
+    return Path(s.cache_dir) / "inferwise-tensor-tables" / name
+
+
+def _cached_tensors(s: HubSettings, repo_id: str, commit: str | None) -> TensorTable | None:
+    from .checkpoint_tensors import CheckpointTensor, TensorTable
+
+    path = _tensor_cache(s, repo_id, commit)
+    if path is None or not path.is_file():
+        return None
+    try:
+        rows = json.loads(path.read_text())
+        tensors = tuple(
+            CheckpointTensor(str(a), str(b), int(c), int(d), int(e)) for a, b, c, d, e in rows
+        )
+    except (OSError, ValueError, TypeError):
+        return None  # a damaged cache entry: read the headers again
+    return TensorTable(tensors, f"{repo_id}@{commit}") if tensors else None
+
+
+def _keep_tensors(
+    s: HubSettings, repo_id: str, commit: str | None, table: TensorTable | None
+) -> None:
+    path = _tensor_cache(s, repo_id, commit)
+    if path is None or table is None:
+        return
+    rows = [[t.name, t.dtype, t.numel, t.n_bytes, t.ndim] for t in table.tensors]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rows))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache: the headers are read again next time
 
 
 @functools.cache

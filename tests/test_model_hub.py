@@ -5,6 +5,7 @@ and the token never anywhere but the Authorization header."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -34,11 +35,29 @@ MISTRAL_SMALL = {  # the shape of mistralai/Mistral-Small-24B-Instruct-2501's co
     "rope_scaling": None,
     "sliding_window": None,
 }
-SHARD = "model-00001-of-00001.safetensors"
-TENSORS = {
-    "model.embed_tokens.weight": {"dtype": "BF16", "shape": [131072, 5120]},
-    "model.norm.weight": {"dtype": "F32", "shape": [5120]},
-}
+SHARDS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+
+
+def mistral_small_tensors() -> dict[str, dict]:
+    """Every tensor of a Mistral-Small-24B checkpoint (bf16), named as transformers saves them."""
+    c = MISTRAL_SMALL
+    h, kv, q = c["hidden_size"], c["num_key_value_heads"] * 128, c["num_attention_heads"] * 128
+    out = {"model.embed_tokens.weight": [c["vocab_size"], h]}
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out |= {
+            p + "self_attn.q_proj.weight": [q, h],
+            p + "self_attn.k_proj.weight": [kv, h],
+            p + "self_attn.v_proj.weight": [kv, h],
+            p + "self_attn.o_proj.weight": [h, q],
+            p + "mlp.gate_proj.weight": [c["intermediate_size"], h],
+            p + "mlp.up_proj.weight": [c["intermediate_size"], h],
+            p + "mlp.down_proj.weight": [h, c["intermediate_size"]],
+            p + "input_layernorm.weight": [h],
+            p + "post_attention_layernorm.weight": [h],
+        }
+    out |= {"model.norm.weight": [h], "lm_head.weight": [c["vocab_size"], h]}
+    return {name: {"dtype": "BF16", "shape": shape} for name, shape in out.items()}
 
 
 def safetensors_header(tensors: dict) -> bytes:
@@ -46,24 +65,28 @@ def safetensors_header(tensors: dict) -> bytes:
     tensor data is never read, so the stand-in serves only this)."""
     offset, header = 0, {}
     for name, t in tensors.items():
-        size = (2 if t["dtype"] == "BF16" else 4) * t["shape"][0] * (t["shape"][1:] or [1])[0]
+        size = 2 * math.prod(t["shape"])
         header[name] = {**t, "data_offsets": [offset, offset + size]}
         offset += size
     raw = json.dumps(header).encode()
     return len(raw).to_bytes(8, "little") + raw
 
 
+TENSORS = mistral_small_tensors()
+HEADER_BYTES = sum(2 * math.prod(t["shape"]) for t in TENSORS.values())
+HALF = len(TENSORS) // 2
+SHARD_TENSORS = (dict(list(TENSORS.items())[:HALF]), dict(list(TENSORS.items())[HALF:]))
 INDEX = {
-    "metadata": {"total_size": 47_144_806_400},
-    "weight_map": {name: SHARD for name in TENSORS},
+    "metadata": {"total_size": HEADER_BYTES},
+    "weight_map": {name: SHARDS[0] if i < HALF else SHARDS[1] for i, name in enumerate(TENSORS)},
 }
-HEADER_BYTES = 2 * 131072 * 5120 + 4 * 5120
 REPOS = {
     "acme/Small-24B": {
         "files": {
             "config.json": json.dumps(MISTRAL_SMALL).encode(),
             "model.safetensors.index.json": json.dumps(INDEX).encode(),
-            SHARD: safetensors_header(TENSORS),
+            SHARDS[0]: safetensors_header(SHARD_TENSORS[0]),
+            SHARDS[1]: safetensors_header(SHARD_TENSORS[1]),
         },
         "commit": COMMIT,
     },
@@ -98,17 +121,23 @@ def test_a_model_outside_the_catalog_is_read_from_the_hub_and_cached(stand_in, m
     # the checkpoint's own headers, read by range requests, are the measured size
     assert first.checkpoint_bytes == HEADER_BYTES
     assert any("acme/Small-24B@" + COMMIT in a for a in first.assumptions)
-    assert any("safetensors headers: 671,088,640 BF16, 5,120 F32" in a for a in first.assumptions)
+    assert any("safetensors headers: 23,572,403,200 BF16" in a for a in first.assumptions)
+    assert any(
+        q.name == "weights_gib" and q.detail.startswith("measured from the checkpoint's headers")
+        for q in first.quantities
+    )
+    # the header table and the config arithmetic agree for a plain bf16 checkpoint
+    assert first.weights_bytes_total == HEADER_BYTES
     assert first.parameters.total > 20e9  # a 24B model, from its config
     # read and normalised once: later calls share it (as catalog entries are shared)
     assert load_model("acme/Small-24B", fresh=False) is load_model("acme/Small-24B", fresh=False)
-    # a second process-level lookup, offline: the Hub cache answers
+    # a second process-level lookup, offline: the Hub cache answers, tensor table included
     hub.forget()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     again = fit("acme/Small-24B")
     assert again.model_revision == COMMIT and again.kv_cache_tokens == first.kv_cache_tokens
     assert any("local Hub cache" in a for a in again.assumptions)
-    assert again.checkpoint_bytes == INDEX["metadata"]["total_size"]  # offline: the index
+    assert again.checkpoint_bytes == HEADER_BYTES
     assert stand_in.refused == []  # no weight file was downloaded whole
     shard_gets = [r for r in stand_in.requests if r.path.endswith(".safetensors")]
     assert shard_gets and all("range" in r.headers for r in shard_gets if r.method == "GET")
