@@ -137,6 +137,10 @@ class MoESpec:
     router_bias: bool = False
     router_correction_bias: bool = False
     """DeepSeek-V3 ``e_score_correction_bias`` (one float per expert)."""
+    router_fp32: bool = False
+    """The router (and its correction bias) is held in float32 whatever the model
+    dtype (vLLM glm4_moe.py ``nn.Linear(..., dtype=torch.float32)``, minimax_m2.py
+    ``params_dtype=torch.float32``)."""
 
 
 @dataclass(frozen=True)
@@ -955,6 +959,7 @@ def _read_glm_moe(p: _Parsed) -> ModelArchitecture:
         num_shared_experts=shared,
         shared_expert_intermediate_size=shared * size,
         router_correction_bias=True,
+        router_fp32=True,
     )
     _mtp_note(r, p.notes)
     return ModelArchitecture(
@@ -969,18 +974,21 @@ def _read_glm_moe(p: _Parsed) -> ModelArchitecture:
 
 
 def _read_minimax_m2(p: _Parsed) -> ModelArchitecture:
-    """MiniMax-M2 (vLLM minimax_m2.py): GQA attention without biases, one RMSNorm over
-    the whole q and one over the whole k projection (``use_qk_norm``), RoPE on
-    ``rotary_dim`` of each head (no effect on memory); every layer MoE
+    """MiniMax-M2 (vLLM minimax_m2.py): GQA attention (``attention_bias`` on q/k/v, off
+    in the released config), one RMSNorm over the whole q and one over the whole k
+    projection (MiniMaxText01RMSNormTP, built on every layer whatever ``use_qk_norm``
+    says), RoPE on ``rotary_dim`` of each head (no effect on memory); every layer MoE
     (``num_local_experts``, ``intermediate_size`` each, no shared expert) with a
-    sigmoid router and an ``e_score_correction_bias``. MTP modules are not loaded."""
+    router and, where ``use_routing_bias`` (vLLM's default: off), an
+    ``e_score_correction_bias``. MTP modules are skipped when loading."""
     r, n = p.r, p.n
     moe = MoESpec(
         num_experts=r.pos("num_local_experts"),
         experts_per_token=r.pos("num_experts_per_tok"),
         moe_intermediate_size=r.pos("intermediate_size"),
         moe_layers=tuple(range(n)),
-        router_correction_bias=r.cfg.get("use_routing_bias", True) is not False,
+        router_correction_bias=r.bool("use_routing_bias"),
+        router_fp32=True,
     )
     if r.int("num_mtp_modules", 0):
         p.notes.append(
@@ -992,7 +1000,8 @@ def _read_minimax_m2(p: _Parsed) -> ModelArchitecture:
         intermediate_size=r.pos("intermediate_size"),
         layer_kinds=("full",) * n,
         moe=moe,
-        qk_norm_full_width=r.bool("use_qk_norm", True),
+        attention_bias=r.bool("attention_bias"),
+        qk_norm_full_width=True,
         notes=tuple(p.notes),
     )
 

@@ -31,6 +31,9 @@ from typing import NamedTuple
 from .architecture import ModelArchitecture
 from .quantization import QuantScheme
 
+FP32_BYTES = 4
+"""Bytes of a float32 parameter (routers vLLM keeps in float32)."""
+
 VOCAB_PADDING = 64
 """vLLM ``DEFAULT_VOCAB_PADDING_SIZE`` (vllm/model_executor/layers/vocab_parallel_embedding.py)."""
 
@@ -503,6 +506,8 @@ def _weight_bytes(
             and not scheme.skips(p.module)
         )
         bpp = scheme.bytes_per_param if quantized else dtype_bytes
+        if p.category == "router" and arch.moe is not None and arch.moe.router_fp32:
+            bpp = FP32_BYTES
         rank_bpp = bpp
         if quantized and p.category == "routed_experts":
             bpp *= expert_pad

@@ -231,6 +231,13 @@ def test_glm45_air_total_and_active():
     assert near(counts.active_per_token - embeddings(counts), 12e9, 0.02)
 
 
+def test_glm45_router_is_held_in_float32():
+    """vLLM builds Glm4MoE.gate as nn.Linear(dtype=torch.float32), bias included."""
+    arch = from_config(config("zai-org--GLM-4.5-Air"))
+    wb = weight_bytes(arch, resolve_quantization(None, None), 2)
+    assert wb.by_category["router"] == 45 * (4096 * 128 + 128) * 4
+
+
 def test_glm45_kv_cache_is_gqa_with_full_head_dim():
     """Partial RoPE rotates half of each head; the cache still holds all 128 values."""
     arch = from_config(config("zai-org--GLM-4.5-Air"))
@@ -248,6 +255,14 @@ def test_minimax_m2_total_and_active():
     assert near(counts.total, 230e9, 0.01)
     assert near(counts.active_per_token - embeddings(counts), 10e9, 0.03)
     assert kv_bytes_per_token(arch, "auto").per_gpu == 62 * 2 * 8 * 128 * 2
+
+
+def test_minimax_m2_routing_bias_follows_the_config():
+    """vLLM adds e_score_correction_bias only where use_routing_bias (default off)."""
+    cfg = config("MiniMaxAI--MiniMax-M2")
+    with_bias = count_parameters(from_config(cfg)).router
+    without = count_parameters(from_config(cfg, {"use_routing_bias": "false"})).router
+    assert with_bias - without == 62 * 256
 
 
 def test_minimax_m2_qk_norm_is_sharded_like_q_and_k():
