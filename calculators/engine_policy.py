@@ -233,7 +233,12 @@ def vllm_uses_mrv2(rules: VllmRules, arch: ModelArchitecture, quantized: bool) -
 def vllm_default_block_size(arch: ModelArchitecture, gpu_id: str | None) -> tuple[int, str]:
     """Tokens per KV block. 16 on CUDA (``CacheConfig``); MLA models take the
     block size their attention kernel needs: FlashMLA (Hopper) 64, CUTLASS
-    MLA (Blackwell) 128 (vllm/platforms/cuda.py ``check_and_update_config``)."""
+    MLA (Blackwell) 128 (vllm/platforms/cuda.py ``check_and_update_config``);
+    DeepSeek-V3.2's sparse MLA 64 on every GPU (same function: ``use_sparse =
+    hasattr(hf_config, "index_topk")`` -> "Forcing kv cache block size to 64 for
+    FlashMLASparse backend")."""
+    if arch.indexer is not None:
+        return 64, "DeepSeek-V3.2 sparse MLA (FlashMLASparse) forces block size 64"
     if arch.mla is not None and gpu_id:
         gid = gpu_id.lower()
         if gid.startswith(("b200", "gb200", "b300", "gb300")):

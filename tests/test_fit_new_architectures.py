@@ -208,6 +208,35 @@ def test_deepseek_v32_kv_bytes_are_the_latent_plus_the_indexer_key():
     assert kv_bytes_per_token(arch, "fp8", tensor_parallel_size=8).per_gpu == 61 * 788
 
 
+def test_deepseek_v32_block_size_is_64_even_on_blackwell():
+    """vllm/platforms/cuda.py forces 64 for the sparse backend; V3 on a B200 gets 128."""
+    v32 = from_config(_v32())
+    v3 = from_config(load_model("deepseek-ai/DeepSeek-V3").config)
+    assert ep.vllm_default_block_size(v32, "b200")[0] == 64
+    assert ep.vllm_default_block_size(v3, "b200")[0] == 128
+
+
+def test_deepseek_v32_fits_eight_h200s_in_fp8_with_the_indexer_in_the_kv_budget():
+    with_indexer = estimate_fit(
+        FitRequest(
+            model="deepseek-ai/DeepSeek-V3",
+            hf_overrides={
+                "model_type": "deepseek_v32",
+                "index_head_dim": "128",
+                "index_n_heads": "64",
+                "index_topk": "2048",
+            },
+            gpu="h200-sxm-141gb",
+            tensor_parallel_size=8,
+            kv_cache_dtype="fp8",
+            max_model_len=65536,
+        )
+    )
+    assert with_indexer.fits and with_indexer.block_size == 64
+    assert with_indexer.kv_bytes_per_token == 61 * (656 + 132)
+    assert any("indexer" in a for a in with_indexer.assumptions)
+
+
 def test_deepseek_v32_without_indexer_fields_fails_closed():
     cfg = _v32()
     del cfg["index_head_dim"]
