@@ -209,7 +209,8 @@ class ModelArchitecture:
 
     model_type: str
     family: str
-    """Layout handler: llama, gemma, mixtral, qwen_moe, deepseek, gpt_oss."""
+    """Layout handler: llama, gemma, mixtral, qwen_moe, deepseek, gpt_oss, falcon,
+    llama4, glm_moe, minimax_m2."""
     num_layers: int
     hidden_size: int
     num_attention_heads: int

@@ -11,12 +11,16 @@ The layout follows vLLM's ``vllm/v1/kv_cache_interface.py`` (0.9 - 0.2x):
 * MLA keeps one latent of ``kv_lora_rank + qk_rope_head_dim`` values per
   token and layer, *not* split by tensor parallelism (``MLAAttentionSpec``,
   ``num_kv_heads = 1``);
+* DeepSeek-V3.2 adds its indexer's key cache to every MLA layer (132 bytes
+  per token, uint8 FP8 values plus scales, also not split), and under an fp8
+  --kv-cache-dtype stores the latent in vLLM's 656-byte ``fp8_ds_mla`` layout;
 * pipeline parallelism gives each stage its own layers; the stage with the
   most layers of the costliest kind is the most loaded.
 
-A sliding-window layer costs the same per *stored* token as a full one; what
-differs is how many tokens a request keeps (the window), which the engine
-policy accounts for when it turns bytes into a token capacity.
+A sliding-window or chunked (Llama 4) layer costs the same per *stored* token
+as a full one; what differs is how many tokens a request keeps (the window, the
+chunk), which the engine policy accounts for when it turns bytes into a token
+capacity.
 
 Public API: :func:`kv_cache_bytes_per_element`, :func:`kv_bytes_per_token`
 -> :class:`KVBytesPerToken`. Stdlib only.

@@ -2,7 +2,7 @@
 
 Counting is done per module as the engine builds it (vLLM's model files:
 ``vllm/model_executor/models/{llama,qwen3,gemma3,mixtral,qwen3_moe,
-deepseek_v2,gpt_oss}.py``), because per-GPU memory depends on *how* each
+deepseek_v2,gpt_oss,falcon,llama4,glm4_moe,minimax_m2}.py``), because per-GPU memory depends on *how* each
 module is split, not only on its size:
 
 * column/row-parallel linears (q, o, MLP, experts, MLA ``q_b``/``kv_b``/``o``)
