@@ -173,6 +173,27 @@ def test_llama4_chunked_groups_with_the_hybrid_manager_keep_one_chunk():
     assert ep.blocks_per_request(layout, 131072, 2048) == full + 3 * chunk
 
 
+def test_llama4_fit_with_the_hybrid_env_var_holds_more_tokens_at_long_context():
+    def fit(hybrid: bool):
+        return estimate_fit(
+            FitRequest(
+                model=str(CONFIGS / "meta-llama--Llama-4-Scout-17B-16E.text_config.json"),
+                gpu="h100-sxm-80gb",
+                tensor_parallel_size=4,
+                max_model_len=262144,
+                engine_version="0.11.0",
+                chunked_local_attn_hybrid=hybrid,
+            )
+        )
+
+    whole, chunked = fit(False), fit(True)
+    assert any(ep.CHUNKED_HYBRID_ENV in a for a in whole.assumptions)
+    # the same bytes; a request of 262,144 tokens needs a quarter of the full layers'
+    # blocks plus one chunk in the others, so about 3.5x the concurrency
+    assert whole.kv_bytes_per_token == chunked.kv_bytes_per_token
+    assert 3.0 < chunked.max_concurrency / whole.max_concurrency < 4.0
+
+
 # --------------------------------------------------------------------------- DeepSeek-V3.2
 
 
