@@ -31,10 +31,12 @@ from typing import Any, Literal
 from .errors import InputError
 from .files import loads_json
 
-LayerKind = Literal["full", "sliding", "mla"]
+LayerKind = Literal["full", "sliding", "chunked", "mla"]
 """Attention of one decoder layer: ``full`` (causal, whole context),
-``sliding`` (local window of ``sliding_window`` tokens), ``mla`` (DeepSeek
-multi-head latent attention: one compressed latent per token)."""
+``sliding`` (local window of ``sliding_window`` tokens), ``chunked`` (Llama 4's
+chunked local attention: a token attends within its chunk of
+``attention_chunk_size`` tokens), ``mla`` (DeepSeek multi-head latent
+attention: one compressed latent per token)."""
 
 # model_type -> family handler name. A family shares one parameter layout.
 _FAMILIES: dict[str, str] = {
@@ -58,6 +60,14 @@ _FAMILIES: dict[str, str] = {
     "gpt_oss": "gpt_oss",
     "mistral3": "llama",
     "llava": "llama",
+    "falcon": "falcon",
+    "RefinedWeb": "falcon",
+    "RefinedWebModel": "falcon",
+    "llama4": "llama4",
+    "llama4_text": "llama4",
+    "deepseek_v32": "deepseek",
+    "glm4_moe": "glm_moe",
+    "minimax_m2": "minimax_m2",
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
 
@@ -127,6 +137,10 @@ class MoESpec:
     router_bias: bool = False
     router_correction_bias: bool = False
     """DeepSeek-V3 ``e_score_correction_bias`` (one float per expert)."""
+    router_fp32: bool = False
+    """The router (and its correction bias) is held in float32 whatever the model
+    dtype (vLLM glm4_moe.py ``nn.Linear(..., dtype=torch.float32)``, minimax_m2.py
+    ``params_dtype=torch.float32``)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +153,30 @@ class MLASpec:
     qk_rope_head_dim: int
     qk_nope_head_dim: int
     v_head_dim: int
+
+
+@dataclass(frozen=True)
+class IndexerSpec:
+    """DeepSeek-V3.2's lightning indexer (sparse attention): a small per-layer
+    scorer whose keys are cached next to the MLA latent.
+
+    Weights, per layer (vLLM ``Indexer`` in vllm/model_executor/models/deepseek_v2.py):
+    ``wq_b`` (q_lora_rank -> n_heads x head_dim), ``wk`` (hidden -> head_dim),
+    ``k_norm`` (LayerNorm of head_dim, weight and bias), ``weights_proj``
+    (hidden -> n_heads); all replicated on every tensor-parallel rank."""
+
+    n_heads: int
+    head_dim: int
+    topk: int
+    cache_bytes_per_token: int
+    """Key cache per token and layer: ``head_dim`` FP8 values plus one float32
+    scale per ``quant_block_size`` (128) values, uint8 (DeepseekV32IndexerCache:
+    ``head_dim + head_dim // quant_block_size * 4`` = 132 bytes), whatever
+    --kv-cache-dtype is, and not split by tensor parallelism."""
+
+
+INDEXER_QUANT_BLOCK = 128
+"""vLLM ``Indexer.quant_block_size`` (deepseek_v2.py): one fp32 scale per 128 FP8 values."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +209,8 @@ class ModelArchitecture:
 
     model_type: str
     family: str
-    """Layout handler: llama, gemma, mixtral, qwen_moe, deepseek, gpt_oss."""
+    """Layout handler: llama, gemma, mixtral, qwen_moe, deepseek, gpt_oss, falcon,
+    llama4, glm_moe, minimax_m2."""
     num_layers: int
     hidden_size: int
     num_attention_heads: int
@@ -199,6 +238,17 @@ class ModelArchitecture:
     """RMSNorm vectors of ``hidden_size`` per decoder layer (Gemma 2/3: 4)."""
     attention_sinks: bool = False
     """gpt-oss learns one sink logit per head and layer."""
+    qk_norm_full_width: bool = False
+    """MiniMax-M2 normalises the whole q (heads x head_dim) and k (kv_heads x
+    head_dim) projections with one RMSNorm each, instead of per head."""
+    mlp_matrices: int = 3
+    """Matrices of a dense MLP: 3 (gated SwiGLU), 2 (Falcon's GELU MLP)."""
+    norm_bias: bool = False
+    """LayerNorm with a bias (Falcon): every norm holds two vectors, not one."""
+    attention_chunk_size: int | None = None
+    """Llama 4: tokens per chunk of the ``chunked`` layers."""
+    indexer: IndexerSpec | None = None
+    """DeepSeek-V3.2 sparse-attention indexer (None for every other model)."""
     architectures: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
     """What was inferred rather than read (shown as assumptions)."""
@@ -386,6 +436,15 @@ def _vision_spec(
     if not isinstance(vc, dict):
         return None
     vtype = str(vc.get("model_type", ""))
+    if family_type == "llama4_text":
+        return None  # text-only fit asked for (see _read_llama4)
+    if family_type == "llama4":
+        raise InputError(
+            "model",
+            f"vision tower '{vtype or 'unknown'}' of 'llama4' is not modelled (its weights and "
+            "vLLM's encoder budget are not counted); to fit the language model alone pass "
+            "--hf-overrides model_type=llama4_text",
+        )
     if not vtype and family_type == "gemma3":
         vtype = "siglip_vision_model"
     vc = _with_defaults(vc, vtype)
@@ -455,6 +514,7 @@ class _Parsed:
     common: dict[str, Any]
     notes: list[str]
     vision: Any
+    has_vision_config: bool = False
 
 
 def from_config(
@@ -485,7 +545,52 @@ def from_config(
             f"architecture '{model_type}' is not supported; supported: "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}; {OVERRIDE_HINT}",
         )
+    if family == "falcon":
+        cfg = _falcon_fields(cfg, model_type)
     return _READERS[family](_parse_common(cfg, parsed, model_type, family))
+
+
+FALCON_DEFAULT_MAX_POSITIONS = 2048
+"""transformers' FalconConfig default, and vLLM's fallback for a config naming no
+context length (falcon-40b's config.json names none)."""
+
+
+def _falcon_fields(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """Falcon's three spellings mapped onto the common field names.
+
+    ``RefinedWeb`` (the first falcon-40b/180b configs), ``RefinedWebModel``
+    (falcon-7b's) and ``falcon`` (transformers' FalconConfig) name layers
+    ``n_layer``, heads ``n_head``, KV heads ``n_head_kv``, as transformers'
+    ``attribute_map`` translates them. The KV head count follows vLLM's
+    FalconAttention: the new decoder architecture (Falcon-40B/180B; every
+    ``RefinedWeb`` checkpoint has its ``ln_attn``/``ln_mlp`` tensors) reads
+    ``num_kv_heads``; otherwise ``multi_query`` means one KV head (Falcon-7B) and
+    its absence one per query head.
+    """
+    out = dict(cfg)
+    for old, new in (
+        ("n_layer", "num_hidden_layers"),
+        ("n_head", "num_attention_heads"),
+        ("n_head_kv", "num_kv_heads"),
+        ("n_embed", "hidden_size"),
+    ):
+        if out.get(new) is None and out.get(old) is not None:
+            out[new] = out[old]
+    if out.get("new_decoder_architecture") is None:
+        out["new_decoder_architecture"] = model_type == "RefinedWeb"
+    r = _Reader(out, "")
+    heads = r.pos("num_attention_heads")
+    if out.get("num_key_value_heads") is None:
+        if r.bool("new_decoder_architecture"):
+            out["num_key_value_heads"] = r.pos("num_kv_heads", heads)
+        elif r.bool("multi_query", model_type == "falcon"):
+            out["num_key_value_heads"] = 1
+        else:
+            out["num_key_value_heads"] = heads
+    if out.get("max_position_embeddings") is None:
+        out["max_position_embeddings"] = FALCON_DEFAULT_MAX_POSITIONS
+        out["_max_positions_defaulted"] = True
+    return out
 
 
 def _parse_common(
@@ -511,7 +616,9 @@ def _parse_common(
     dtype = (
         text.get("torch_dtype") or text.get("dtype") or cfg.get("torch_dtype") or cfg.get("dtype")
     )
-    tie = r.bool("tie_word_embeddings", family == "gemma")
+    # Falcon: vLLM ties lm_head to the embedding when the config says nothing
+    # ("previous Falcon model doesn't have tie_word_embeddings config", falcon.py).
+    tie = r.bool("tie_word_embeddings", family in ("gemma", "falcon"))
     quant = cfg.get("quantization_config") or text.get("quantization_config")
     if quant is not None and not isinstance(quant, dict):
         raise InputError("model", "config field 'quantization_config' must be an object")
@@ -546,6 +653,7 @@ def _parse_common(
         common=common,
         notes=notes,
         vision=_vision_spec(cfg, hidden, model_type),
+        has_vision_config=isinstance(cfg.get("vision_config"), dict),
     )
 
 
@@ -668,11 +776,7 @@ def _read_deepseek(p: _Parsed) -> ModelArchitecture:
         qk_nope_head_dim=r.pos("qk_nope_head_dim"),
         v_head_dim=r.pos("v_head_dim"),
     )
-    if r.int("num_nextn_predict_layers", 0):
-        p.notes.append(
-            "the checkpoint also holds multi-token-prediction layers, which vLLM loads "
-            "only for speculative decoding; they are not counted"
-        )
+    _mtp_note(r, p.notes)
     common = {**p.common, "head_dim": mla.qk_nope_head_dim + mla.qk_rope_head_dim}
     return ModelArchitecture(
         **common,
@@ -680,7 +784,32 @@ def _read_deepseek(p: _Parsed) -> ModelArchitecture:
         layer_kinds=("mla",) * n,
         moe=moe,
         mla=mla,
+        indexer=_indexer_spec(r, p.text_type, mla),
         notes=tuple(p.notes),
+    )
+
+
+def _indexer_spec(r: _Reader, model_type: str, mla: MLASpec) -> IndexerSpec | None:
+    """DeepSeek-V3.2's indexer (``index_n_heads``, ``index_head_dim``, ``index_topk``);
+    vLLM builds it for ``deepseek_v32`` only, so the fields are required there."""
+    if model_type != "deepseek_v32":
+        return None
+    if mla.q_lora_rank is None:
+        raise InputError(
+            "model", "deepseek_v32's indexer projects from the query latent: set q_lora_rank"
+        )
+    head_dim = r.pos("index_head_dim")
+    if head_dim % INDEXER_QUANT_BLOCK:
+        raise InputError(
+            "model",
+            f"config field 'index_head_dim' ({head_dim}) is not a multiple of vLLM's "
+            f"indexer quantisation block ({INDEXER_QUANT_BLOCK}); that cache layout is not modelled",
+        )
+    return IndexerSpec(
+        n_heads=r.pos("index_n_heads"),
+        head_dim=head_dim,
+        topk=r.pos("index_topk"),
+        cache_bytes_per_token=head_dim + head_dim // INDEXER_QUANT_BLOCK * 4,
     )
 
 
@@ -712,6 +841,172 @@ def _read_gpt_oss(p: _Parsed) -> ModelArchitecture:
     )
 
 
+def _read_falcon(p: _Parsed) -> ModelArchitecture:
+    """Falcon (vLLM falcon.py): fused QKV, a two-matrix GELU MLP of ``ffn_hidden_size``
+    (4 x hidden by default), LayerNorms with biases: two per layer in the new decoder
+    architecture (``ln_attn``, ``ln_mlp``; ``num_ln_in_parallel_attn``), one with
+    parallel attention (Falcon-7B), two otherwise. ``bias`` puts biases on every linear."""
+    r, text, n = p.r, p.text, p.n
+    hidden = p.common["hidden_size"]
+    if r.bool("new_decoder_architecture"):
+        norms = r.pos("num_ln_in_parallel_attn", 2)
+    else:
+        norms = 1 if r.bool("parallel_attn", True) else 2
+    if r.bool("alibi"):
+        p.notes.append("ALiBi positions (no RoPE); the KV cache is the same")
+    if text.get("_max_positions_defaulted"):
+        p.notes.append(
+            f"config names no context length; {FALCON_DEFAULT_MAX_POSITIONS} tokens "
+            "(transformers' FalconConfig default, which vLLM reads)"
+        )
+    bias = r.bool("bias")
+    common = {**p.common, "head_dim": hidden // p.common["num_attention_heads"]}
+    return ModelArchitecture(
+        **common,
+        intermediate_size=r.pos("ffn_hidden_size", 4 * hidden),
+        layer_kinds=("full",) * n,
+        attention_bias=bias,
+        o_bias=bias,
+        mlp_bias=bias,
+        mlp_matrices=2,
+        norm_bias=True,
+        norms_per_layer=norms,
+        notes=tuple(p.notes),
+    )
+
+
+LLAMA4_NOPE_INTERVAL = 4
+"""transformers' Llama4TextConfig: without ``no_rope_layers`` every 4th layer is a
+no-RoPE (global) layer, ``no_rope_layer_interval = 4``."""
+
+
+def _llama4_layer_kinds(r: _Reader, n: int) -> tuple[LayerKind, ...]:
+    """vLLM llama4.py: a layer with ``no_rope_layers[i] == 0`` (NoPE) attends to the
+    whole context; every other layer uses chunked local attention when the config
+    sets ``attention_chunk_size``."""
+    nope = r.cfg.get("no_rope_layers")
+    if not nope:  # None or [] (Scout's config.json): transformers fills in the default
+        nope = [int((i + 1) % LLAMA4_NOPE_INTERVAL != 0) for i in range(n)]
+    if not isinstance(nope, list) or len(nope) != n or any(v not in (0, 1) for v in nope):
+        raise InputError(
+            "model",
+            f"config field '{r.where}no_rope_layers' must list 0 or 1 for each of the {n} layers",
+        )
+    if not r.has("attention_chunk_size"):
+        return ("full",) * n
+    return tuple("full" if v == 0 else "chunked" for v in nope)
+
+
+def _read_llama4(p: _Parsed) -> ModelArchitecture:
+    """Llama 4 (vLLM llama4.py): chunked local attention on 3 of 4 layers, MoE on the
+    layers where ``(i + 1) % interleave_moe_layer_step == 0`` (every layer for Scout,
+    every other for Maverick) with one routed expert per token plus a shared expert of
+    the expert size (``intermediate_size``); the other layers are dense MLPs of
+    ``intermediate_size_mlp``. The q/k norm is a weightless L2 norm (no parameters)."""
+    r, n = p.r, p.n
+    step = r.int("interleave_moe_layer_step", 1)
+    moe_layers = tuple(i for i in range(n) if step > 0 and (i + 1) % step == 0)
+    expert = r.pos("intermediate_size")
+    moe = MoESpec(
+        num_experts=r.pos("num_local_experts"),
+        experts_per_token=r.pos("num_experts_per_tok"),
+        moe_intermediate_size=expert,
+        moe_layers=moe_layers,
+        num_shared_experts=1,
+        shared_expert_intermediate_size=expert,
+    )
+    kinds = _llama4_layer_kinds(r, n)
+    if p.has_vision_config:
+        p.notes.append(
+            "language model only: a vision tower in the checkpoint is not counted "
+            "(model_type llama4_text)"
+        )
+    return ModelArchitecture(
+        **p.common,
+        intermediate_size=r.pos("intermediate_size_mlp", expert),
+        layer_kinds=kinds,
+        attention_chunk_size=r.pos("attention_chunk_size") if "chunked" in kinds else None,
+        moe=moe,
+        attention_bias=r.bool("attention_bias"),
+        o_bias=r.bool("attention_bias"),
+        notes=tuple(p.notes),
+    )
+
+
+def _mtp_note(r: _Reader, notes: list[str]) -> None:
+    if r.int("num_nextn_predict_layers", 0):
+        notes.append(
+            "the checkpoint also holds multi-token-prediction layers, which vLLM loads "
+            "only for speculative decoding; they are not counted"
+        )
+
+
+def _read_glm_moe(p: _Parsed) -> ModelArchitecture:
+    """GLM-4.5 / 4.6 (vLLM glm4_moe.py): GQA attention with q/k/v biases
+    (``attention_bias``), optional per-head q/k RMSNorm (``use_qk_norm``), RoPE on
+    ``partial_rotary_factor`` of each head (no effect on memory); the first
+    ``first_k_dense_replace`` layers dense, the rest MoE with ``n_routed_experts``,
+    ``n_shared_experts`` shared experts of the expert size and a sigmoid router with
+    an ``e_score_correction_bias``. MTP layers are not loaded for serving."""
+    r, n = p.r, p.n
+    size = r.pos("moe_intermediate_size")
+    shared = r.int("n_shared_experts", 0)
+    first_dense = r.int("first_k_dense_replace", 0)
+    moe = MoESpec(
+        num_experts=r.pos("n_routed_experts"),
+        experts_per_token=r.pos("num_experts_per_tok"),
+        moe_intermediate_size=size,
+        moe_layers=tuple(range(first_dense, n)),
+        num_shared_experts=shared,
+        shared_expert_intermediate_size=shared * size,
+        router_correction_bias=True,
+        router_fp32=True,
+    )
+    _mtp_note(r, p.notes)
+    return ModelArchitecture(
+        **p.common,
+        intermediate_size=r.pos("intermediate_size"),
+        layer_kinds=("full",) * n,
+        moe=moe,
+        attention_bias=r.bool("attention_bias"),
+        qk_norm=r.bool("use_qk_norm"),
+        notes=tuple(p.notes),
+    )
+
+
+def _read_minimax_m2(p: _Parsed) -> ModelArchitecture:
+    """MiniMax-M2 (vLLM minimax_m2.py): GQA attention (``attention_bias`` on q/k/v, off
+    in the released config), one RMSNorm over the whole q and one over the whole k
+    projection (MiniMaxText01RMSNormTP, built on every layer whatever ``use_qk_norm``
+    says), RoPE on ``rotary_dim`` of each head (no effect on memory); every layer MoE
+    (``num_local_experts``, ``intermediate_size`` each, no shared expert) with a
+    router and, where ``use_routing_bias`` (vLLM's default: off), an
+    ``e_score_correction_bias``. MTP modules are skipped when loading."""
+    r, n = p.r, p.n
+    moe = MoESpec(
+        num_experts=r.pos("num_local_experts"),
+        experts_per_token=r.pos("num_experts_per_tok"),
+        moe_intermediate_size=r.pos("intermediate_size"),
+        moe_layers=tuple(range(n)),
+        router_correction_bias=r.bool("use_routing_bias"),
+        router_fp32=True,
+    )
+    if r.int("num_mtp_modules", 0):
+        p.notes.append(
+            "the checkpoint also holds multi-token-prediction modules, which vLLM does "
+            "not load for serving; they are not counted"
+        )
+    return ModelArchitecture(
+        **p.common,
+        intermediate_size=r.pos("intermediate_size"),
+        layer_kinds=("full",) * n,
+        moe=moe,
+        attention_bias=r.bool("attention_bias"),
+        qk_norm_full_width=True,
+        notes=tuple(p.notes),
+    )
+
+
 _READERS: dict[str, Callable[[_Parsed], ModelArchitecture]] = {
     "llama": _read_llama,
     "gemma": _read_gemma,
@@ -719,5 +1014,9 @@ _READERS: dict[str, Callable[[_Parsed], ModelArchitecture]] = {
     "qwen_moe": _read_qwen_moe,
     "deepseek": _read_deepseek,
     "gpt_oss": _read_gpt_oss,
+    "falcon": _read_falcon,
+    "llama4": _read_llama4,
+    "glm_moe": _read_glm_moe,
+    "minimax_m2": _read_minimax_m2,
 }
 """One reader per family in ``_FAMILIES``; a new family is a new reader and a row here."""

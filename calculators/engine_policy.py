@@ -233,7 +233,12 @@ def vllm_uses_mrv2(rules: VllmRules, arch: ModelArchitecture, quantized: bool) -
 def vllm_default_block_size(arch: ModelArchitecture, gpu_id: str | None) -> tuple[int, str]:
     """Tokens per KV block. 16 on CUDA (``CacheConfig``); MLA models take the
     block size their attention kernel needs: FlashMLA (Hopper) 64, CUTLASS
-    MLA (Blackwell) 128 (vllm/platforms/cuda.py ``check_and_update_config``)."""
+    MLA (Blackwell) 128 (vllm/platforms/cuda.py ``check_and_update_config``);
+    DeepSeek-V3.2's sparse MLA 64 on every GPU (same function: ``use_sparse =
+    hasattr(hf_config, "index_topk")`` -> "Forcing kv cache block size to 64 for
+    FlashMLASparse backend")."""
+    if arch.indexer is not None:
+        return 64, "DeepSeek-V3.2 sparse MLA (FlashMLASparse) forces block size 64"
     if arch.mla is not None and gpu_id:
         gid = gpu_id.lower()
         if gid.startswith(("b200", "gb200", "b300", "gb300")):
@@ -494,10 +499,34 @@ class KVLayout:
     block_size: int
     sliding_window: int | None
     notes: tuple[str, ...] = field(default=())
+    attention_chunk_size: int | None = None
+    """Llama 4's chunk, when its chunked layers have groups of their own."""
 
     @property
     def num_groups(self) -> int:
         return len(self.groups)
+
+
+CHUNKED_HYBRID_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
+"""vLLM turns the hybrid KV cache manager off for a model with chunked local
+attention unless this is set (vllm/config/vllm.py ``__post_init__``: "There is a
+latency regression when using chunked local attention with the hybrid KV cache
+manager. Disabling it, by default."); its chunked layers then cache the whole
+context like full ones (FullAttentionSpec records ``attention_chunk_size``)."""
+
+
+def _merge_chunked(
+    counts: dict[str, int], stages: tuple[dict[str, int], ...]
+) -> tuple[dict[str, int], tuple[dict[str, int], ...]]:
+    """Chunked layers counted as full ones, per model and per stage."""
+
+    def merged(c: dict[str, int]) -> dict[str, int]:
+        out = {k: v for k, v in c.items() if k != "chunked"}
+        if c.get("chunked"):
+            out["full"] = out.get("full", 0) + c["chunked"]
+        return out
+
+    return merged(counts), tuple(merged(s) for s in stages)
 
 
 def vllm_kv_layout(
@@ -506,6 +535,7 @@ def vllm_kv_layout(
     layers_per_stage: tuple[dict[str, int], ...],
     per_layer_token_bytes: int,
     block_size: int,
+    chunked_hybrid: bool = False,
 ) -> KVLayout:
     """Group layers the way ``get_kv_cache_groups`` does.
 
@@ -514,12 +544,22 @@ def vllm_kv_layout(
     ``group_size`` layers, ``group_size`` = the smaller type count (the
     larger when the counts are within 1.5x, 0.11+), the last group of a type
     padded. Without the hybrid manager sliding layers are cached like full
-    ones.
+    ones. Llama 4's chunked layers are cached like full ones unless
+    ``chunked_hybrid`` (``CHUNKED_HYBRID_ENV`` set), when they form groups of
+    their own that keep one chunk plus the batched tokens
+    (ChunkedLocalAttentionSpec).
     """
     counts: dict[str, int] = {}
     for k in arch.layer_kinds:
         counts[k] = counts.get(k, 0) + 1
     notes: list[str] = []
+    if counts.get("chunked") and not (chunked_hybrid and rules.hybrid_kv_manager):
+        counts, layers_per_stage = _merge_chunked(counts, layers_per_stage)
+        notes.append(
+            f"chunked local attention layers cache the whole context: vLLM disables its "
+            f"hybrid KV cache manager for them unless {CHUNKED_HYBRID_ENV}=1 (then each "
+            f"keeps {arch.attention_chunk_size} tokens plus the batched ones)"
+        )
     page = per_layer_token_bytes * block_size
     if len(counts) == 1 or not rules.hybrid_kv_manager:
         if len(counts) > 1:
@@ -546,7 +586,7 @@ def vllm_kv_layout(
         group_size = largest
     groups: list[str] = []
     groups_of: dict[str, int] = {}
-    for kind in ("full", "sliding"):
+    for kind in ("full", "sliding", "chunked"):
         n = counts.get(kind, 0)
         if not n:
             continue
@@ -563,7 +603,15 @@ def vllm_kv_layout(
         max(cdiv(stage.get(kind, 0), groups_of[kind]) for kind in groups_of)
         for stage in layers_per_stage
     )
-    return KVLayout(tuple(groups), sizes, page, block_size, arch.sliding_window, tuple(notes))
+    return KVLayout(
+        tuple(groups),
+        sizes,
+        page,
+        block_size,
+        arch.sliding_window,
+        tuple(notes),
+        arch.attention_chunk_size if "chunked" in groups_of else None,
+    )
 
 
 def blocks_per_request(layout: KVLayout, max_model_len: int, max_num_batched_tokens: int) -> int:
@@ -576,6 +624,10 @@ def blocks_per_request(layout: KVLayout, max_model_len: int, max_num_batched_tok
         if kind == "sliding" and layout.sliding_window:
             tokens = min(layout.sliding_window - 1 + max_num_batched_tokens, max_model_len)
             total += cdiv(tokens, layout.block_size) + 1
+        elif kind == "chunked" and layout.attention_chunk_size:
+            # ChunkedLocalAttentionSpec.max_memory_usage_bytes: no extra block
+            tokens = min(layout.attention_chunk_size + max_num_batched_tokens, max_model_len)
+            total += cdiv(tokens, layout.block_size)
         else:
             total += cdiv(max_model_len, layout.block_size)
     return total

@@ -132,6 +132,12 @@ class FitRequest(Deployment):
         "Its start-up profiling peak is far below PyTorch's sort path, which leaves more KV cache. "
         "Default: PyTorch's path, the conservative choice.",
     )
+    chunked_local_attn_hybrid: bool = Field(
+        default=False,
+        description="VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 is set: Llama 4's chunked "
+        "local-attention layers keep one chunk plus the batched tokens instead of the whole "
+        "context (vLLM 0.10+). Default: unset, whole context.",
+    )
 
 
 class PerGpuMemory(BaseModel):
@@ -678,6 +684,7 @@ def _vllm(r: _Replica, available_override: int | list[int] | None) -> FitResult:
         stages,
         r.kvb.per_layer[next(iter(r.kvb.per_layer))],
         limits.block_size,
+        chunked_hybrid=r.req.chunked_local_attn_hybrid,
     )
     r.notes.assumptions += list(layout.notes)
     cap = ep.kv_capacity(

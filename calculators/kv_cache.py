@@ -11,12 +11,16 @@ The layout follows vLLM's ``vllm/v1/kv_cache_interface.py`` (0.9 - 0.2x):
 * MLA keeps one latent of ``kv_lora_rank + qk_rope_head_dim`` values per
   token and layer, *not* split by tensor parallelism (``MLAAttentionSpec``,
   ``num_kv_heads = 1``);
+* DeepSeek-V3.2 adds its indexer's key cache to every MLA layer (132 bytes
+  per token, uint8 FP8 values plus scales, also not split), and under an fp8
+  --kv-cache-dtype stores the latent in vLLM's 656-byte ``fp8_ds_mla`` layout;
 * pipeline parallelism gives each stage its own layers; the stage with the
   most layers of the costliest kind is the most loaded.
 
-A sliding-window layer costs the same per *stored* token as a full one; what
-differs is how many tokens a request keeps (the window), which the engine
-policy accounts for when it turns bytes into a token capacity.
+A sliding-window or chunked (Llama 4) layer costs the same per *stored* token
+as a full one; what differs is how many tokens a request keeps (the window, the
+chunk), which the engine policy accounts for when it turns bytes into a token
+capacity.
 
 Public API: :func:`kv_cache_bytes_per_element`, :func:`kv_bytes_per_token`
 -> :class:`KVBytesPerToken`. Stdlib only.
@@ -61,6 +65,24 @@ def kv_heads_per_rank(arch: ModelArchitecture, tensor_parallel_size: int) -> int
     return max(1, arch.num_kv_heads // tensor_parallel_size)
 
 
+FP8_DS_MLA_BYTES_PER_TOKEN = 656
+"""DeepSeek-V3.2's FP8 MLA cache entry (vLLM ``fp8_ds_mla``, MLAAttentionSpec:
+``block_size * 656``): 512 FP8 latent values, 4 float32 scales, 64 bf16 RoPE values.
+vLLM switches a V3.2 model to it whenever --kv-cache-dtype is an fp8 one
+(DeepseekV32ForCausalLM.verify_and_update_config)."""
+
+
+def mla_layer_bytes_per_token(arch: ModelArchitecture, elem: float) -> int:
+    """Bytes one token costs in one MLA layer: the latent, plus V3.2's indexer key
+    (its own uint8 cache in the same layer slot; vLLM gives every layer of a
+    uniform-type model one tensor per layer and one block count)."""
+    assert arch.mla is not None
+    if arch.indexer is not None:
+        latent = FP8_DS_MLA_BYTES_PER_TOKEN if elem == 1 else int(head_size_per_token(arch) * elem)
+        return latent + arch.indexer.cache_bytes_per_token
+    return int(head_size_per_token(arch) * elem)
+
+
 def head_size_per_token(arch: ModelArchitecture) -> int:
     """Values stored per token, head and layer: K and V for attention, one latent for MLA."""
     if arch.mla is not None:
@@ -99,7 +121,10 @@ def kv_bytes_per_token(
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     elem = kv_cache_bytes_per_element(kv_cache_dtype, model_dtype_bytes)
     heads = kv_heads_per_rank(arch, tp)
-    per_layer_bytes = int(heads * head_size_per_token(arch) * elem)
+    if arch.mla is not None:
+        per_layer_bytes = mla_layer_bytes_per_token(arch, elem)
+    else:
+        per_layer_bytes = int(heads * head_size_per_token(arch) * elem)
     kinds: set[LayerKind] = set(arch.layer_kinds)
     per_layer = {k: per_layer_bytes for k in sorted(kinds)}
     stages: list[dict[str, int]] = []
@@ -117,6 +142,12 @@ def kv_bytes_per_token(
         )
     if arch.mla is not None and tp > 1:
         notes.append("MLA latent cache is replicated on every tensor-parallel rank, not split")
+    if arch.indexer is not None:
+        notes.append(
+            f"DeepSeek-V3.2 indexer keys: {arch.indexer.cache_bytes_per_token} bytes per token "
+            "and layer (FP8 values + fp32 scales), cached next to the MLA latent"
+            + (" (fp8_ds_mla layout, 656 bytes)" if elem == 1 else "")
+        )
     return KVBytesPerToken(
         per_layer=per_layer,
         per_gpu=per_gpu,

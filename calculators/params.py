@@ -2,7 +2,7 @@
 
 Counting is done per module as the engine builds it (vLLM's model files:
 ``vllm/model_executor/models/{llama,qwen3,gemma3,mixtral,qwen3_moe,
-deepseek_v2,gpt_oss}.py``), because per-GPU memory depends on *how* each
+deepseek_v2,gpt_oss,falcon,llama4,glm4_moe,minimax_m2}.py``), because per-GPU memory depends on *how* each
 module is split, not only on its size:
 
 * column/row-parallel linears (q, o, MLP, experts, MLA ``q_b``/``kv_b``/``o``)
@@ -30,6 +30,9 @@ from typing import NamedTuple
 
 from .architecture import ModelArchitecture
 from .quantization import QuantScheme
+
+FP32_BYTES = 4
+"""Bytes of a float32 parameter (routers vLLM keeps in float32)."""
 
 VOCAB_PADDING = 64
 """vLLM ``DEFAULT_VOCAB_PADDING_SIZE`` (vllm/model_executor/layers/vocab_parallel_embedding.py)."""
@@ -179,7 +182,7 @@ def _attention_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
             ),
             _Part("attention", heads * m.v_head_dim * h, "tp", f"{pre}.o_proj", True, i),
         ]
-        return parts
+        return parts + _indexer_parts(arch, i)
     q = arch.num_attention_heads * hd
     kv = arch.num_kv_heads * hd
     parts = [
@@ -196,9 +199,28 @@ def _attention_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
         parts.append(_Part("attention", h, "rep", f"{pre}.o_proj.bias", False, i))
     if arch.qk_norm:
         parts.append(_Part("norms", 2 * hd, "rep", f"{pre}.q_norm", False, i))
+    if arch.qk_norm_full_width:  # MiniMax-M2: sharded like q and k
+        parts += [
+            _Part("norms", q, "tp", f"{pre}.q_norm", False, i),
+            _Part("norms", kv, "kv", f"{pre}.k_norm", False, i),
+        ]
     if arch.attention_sinks:
         parts.append(_Part("attention", arch.num_attention_heads, "tp", f"{pre}.sinks", False, i))
     return parts
+
+
+def _indexer_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
+    """DeepSeek-V3.2's indexer, replicated on every rank (ReplicatedLinear in vLLM)."""
+    ix, m = arch.indexer, arch.mla
+    if ix is None or m is None or not m.q_lora_rank:
+        return []
+    h, pre = arch.hidden_size, f"model.layers.{i}.self_attn.indexer"
+    return [
+        _Part("attention", m.q_lora_rank * ix.n_heads * ix.head_dim, "rep", f"{pre}.wq_b", True, i),
+        _Part("attention", h * ix.head_dim, "rep", f"{pre}.wk", True, i),
+        _Part("norms", 2 * ix.head_dim, "rep", f"{pre}.k_norm", False, i),
+        _Part("attention", h * ix.n_heads, "rep", f"{pre}.weights_proj", False, i),
+    ]
 
 
 def _mlp_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
@@ -207,9 +229,11 @@ def _mlp_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
     moe = arch.moe
     if moe is None or i not in moe.moe_layers:
         inter = arch.intermediate_size
-        parts = [_Part("dense_mlp", 3 * h * inter, "tp", f"{pre}.down_proj", True, i)]
+        mats = arch.mlp_matrices
+        parts = [_Part("dense_mlp", mats * h * inter, "tp", f"{pre}.down_proj", True, i)]
         if arch.mlp_bias:
-            parts.append(_Part("dense_mlp", 2 * inter + h, "tp", f"{pre}.down_proj.bias", False, i))
+            bias = (mats - 1) * inter + h
+            parts.append(_Part("dense_mlp", bias, "tp", f"{pre}.down_proj.bias", False, i))
         return parts
     e, inter = moe.num_experts, moe.moe_intermediate_size
     experts = e * 3 * h * inter
@@ -309,6 +333,7 @@ def _parts(arch: ModelArchitecture) -> tuple[_Part, ...]:
 
 def _build_parts(arch: ModelArchitecture) -> list[_Part]:
     h, v = arch.hidden_size, arch.vocab_size
+    norm = 2 * h if arch.norm_bias else h  # LayerNorm: weight and bias
     parts = [_Part("embedding", v * h, "vocab", "model.embed_tokens", False)]
     for i in range(arch.num_layers):
         parts += _attention_parts(arch, i)
@@ -316,14 +341,14 @@ def _build_parts(arch: ModelArchitecture) -> list[_Part]:
         parts.append(
             _Part(
                 "norms",
-                arch.norms_per_layer * h,
+                arch.norms_per_layer * norm,
                 "rep",
                 f"model.layers.{i}.input_layernorm",
                 False,
                 i,
             )
         )
-    parts.append(_Part("norms", h, "rep", "model.norm", False))
+    parts.append(_Part("norms", norm, "rep", "model.norm", False))
     if not arch.tie_word_embeddings:
         parts.append(_Part("lm_head", v * h, "vocab", "lm_head", False))
     parts += _vision_parts(arch)
@@ -481,6 +506,8 @@ def _weight_bytes(
             and not scheme.skips(p.module)
         )
         bpp = scheme.bytes_per_param if quantized else dtype_bytes
+        if p.category == "router" and arch.moe is not None and arch.moe.router_fp32:
+            bpp = FP32_BYTES
         rank_bpp = bpp
         if quantized and p.category == "routed_experts":
             bpp *= expert_pad

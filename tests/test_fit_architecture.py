@@ -241,9 +241,9 @@ def test_tensor_parallel_halves_sharded_weights_and_keeps_replicated_ones():
 
 def test_unknown_architecture_fails_closed_naming_type_supported_list_and_override():
     with pytest.raises(InputError) as err:
-        from_config({"model_type": "falcon", "hidden_size": 4096})
+        from_config({"model_type": "bloom", "hidden_size": 4096})
     msg = str(err.value)
-    assert "'falcon' is not supported" in msg
+    assert "'bloom' is not supported" in msg
     assert "llama" in msg and "--hf-overrides" in msg
     assert err.value.field == "model"
     assert "llama" in SUPPORTED_MODEL_TYPES
