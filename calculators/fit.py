@@ -234,6 +234,14 @@ def _check_parallelism(req: FitRequest, arch) -> None:
             f"{tp} does not divide the model's {heads} attention heads (vLLM requires it)",
             accepted=", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0 and d <= 128),
         )
+    ssm = arch.ssm
+    if ssm is not None:
+        for name, n in (("state-space heads", ssm.num_heads), ("key heads", ssm.num_k_heads)):
+            if n and n % tp:
+                raise InputError(
+                    "tensor_parallel_size",
+                    f"{tp} does not divide the model's {n} {name} (vLLM shards them evenly)",
+                )
     kv = arch.num_kv_heads
     if arch.mla is None and ((kv >= tp and kv % tp) or (kv < tp and tp % kv)):
         raise InputError(
@@ -342,6 +350,14 @@ def _estimate(
     model and its overrides, so they do not read and normalise it again."""
     replica = _replica(req, resolved)
     if req.engine == "sglang":
+        if replica.arch.is_hybrid_ssm:
+            raise InputError(
+                "engine",
+                f"SGLang's hybrid Mamba / linear-attention memory pools (mamba cache sized by "
+                f"--max-mamba-cache-size and --mamba-full-memory-ratio) are not modelled for "
+                f"'{replica.arch.model_type}'; use --engine vllm",
+                accepted="vllm",
+            )
         return _sglang(replica)
     result = _vllm(replica, available_override)
     if with_suggestions:
@@ -541,6 +557,7 @@ def _vllm(r: _Replica, available_override: int | list[int] | None) -> FitResult:
         stages,
         r.kvb.per_layer[next(iter(r.kvb.per_layer))],
         limits.block_size,
+        r.kvb.state_bytes_per_layer,
     )
     r.notes.assumptions += list(layout.notes)
     cap = ep.kv_capacity(
@@ -587,7 +604,14 @@ def _vllm_limits(r: _Replica) -> _VllmLimits:
             f"vLLM {rules.version} accounting (the newest release the rules know)"
         )
     block_size = req.block_size
-    if block_size is None:
+    if r.arch.is_hybrid_ssm:
+        ep.check_vllm_hybrid_support(rules, r.arch)
+        token_bytes = r.kvb.per_layer[next(iter(r.kvb.per_layer))]
+        block_size, why = ep.vllm_hybrid_block_size(
+            r.arch, token_bytes, r.kvb.state_bytes_per_layer, req.block_size, r.gpu_id
+        )
+        notes.assumptions.append(why)
+    elif block_size is None:
         block_size, why = ep.vllm_default_block_size(r.arch, r.gpu_id)
         notes.assumptions.append(why)
     mnbt_default, seqs_default, why = ep.vllm_default_batching(
