@@ -135,6 +135,12 @@ class VllmRules:
     not. return 0``), so ``determine_available_memory`` subtracted nothing for
     graphs on MRV2 even with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on; the
     graphs were captured afterwards, above the budget (vllm#49224)."""
+    hybrid_prefix_caching_default: bool = False
+    """0.28+: prefix caching is on by default for hybrid Mamba / linear-attention
+    models, in ``mamba_cache_mode`` "align" (vllm#50991, merged 2026-08-04: "enable
+    prefix cache for hybrid model by default and change the default mode to align";
+    in 0.28.0 per vllm-project/vllm-metal#645). Before, it was opt-in and a request
+    held one state block per Mamba group (mode "none")."""
     notes: tuple[str, ...] = field(default=())
 
 
@@ -176,6 +182,7 @@ def _vllm_rules(version: str | None) -> VllmRules:
         nccl_before_snapshot=v >= (0, 11, 0),
         mrv2_default=_mrv2_default(v),
         mrv2_profiles_cuda_graphs=v >= (0, 29, 0),
+        hybrid_prefix_caching_default=v >= (0, 28, 0),
         sampler_bytes_per_logit=SAMPLER_BYTES_PER_LOGIT[_sampler_era(v)],
         notes=tuple(notes),
     )
@@ -499,6 +506,10 @@ class KVLayout:
     block_size: int
     sliding_window: int | None
     notes: tuple[str, ...] = field(default=())
+    state_blocks_per_request: int = 1
+    """Blocks a request holds in each Mamba group (``MambaSpec.max_memory_usage_bytes``):
+    1 in mamba_cache_mode "none", 2 in "align" (the running state and the last
+    block-aligned checkpoint)."""
 
     @property
     def num_groups(self) -> int:
@@ -583,12 +594,22 @@ def _hybrid_layout(
     per_layer_token_bytes: int,
     block_size: int,
     state_bytes: int,
+    mamba_cache_mode: str,
 ) -> KVLayout:
     """Attention and Mamba/DeltaNet layers in groups of one page size
     (``_get_kv_cache_groups_uniform_page_size``, kv_cache_utils.py): layers of one
     type form ``cdiv(n, group_size)`` groups, ``group_size`` = the smaller type count
     (the larger within 1.5x, 0.11+); each Mamba group holds one block per request
-    (``MambaSpec.max_memory_usage_bytes``, mamba_cache_mode "none")."""
+    in mamba_cache_mode "none" and two in "align" (``MambaSpec.max_memory_usage_bytes``).
+    "align" keeps the block size of "none" (``Platform._align_hybrid_block_size``:
+    only mode "all", not modelled, aligns it to the Mamba chunk size)."""
+    if mamba_cache_mode not in ("none", "align"):
+        raise InputError(
+            "mamba_cache_mode",
+            f"mamba_cache_mode '{mamba_cache_mode}' is not modelled",
+            accepted="none, align",
+        )
+    per_state = 2 if mamba_cache_mode == "align" else 1
     page = per_layer_token_bytes * block_size
     attention = sum(1 for k in arch.layer_kinds if k in ("full", "sliding", "mla"))
     state = sum(1 for k in arch.layer_kinds if k in ("mamba", "linear"))
@@ -603,8 +624,8 @@ def _hybrid_layout(
         if page > state_bytes
         else f"Mamba state and attention page are both {page:,} B",
         f"{groups_of['full']} attention and {groups_of['mamba']} Mamba KV-cache group(s) of "
-        f"{group_size} layers; a request holds one state block per Mamba group "
-        "(prefix caching of Mamba states, mamba_cache_mode 'align'/'all', is not modelled)",
+        f"{group_size} layers; a request holds {per_state} state block(s) per Mamba group "
+        f"(mamba_cache_mode '{mamba_cache_mode}')",
     ]
     for kind, n in (("attention", attention), ("Mamba", state)):
         padding = groups_of["full" if kind == "attention" else "mamba"] * group_size - n
@@ -620,7 +641,7 @@ def _hybrid_layout(
         for stage in layers_per_stage
     )
     groups = ("full",) * groups_of["full"] + ("mamba",) * groups_of["mamba"]
-    return KVLayout(groups, sizes, page, block_size, None, tuple(notes))
+    return KVLayout(groups, sizes, page, block_size, None, tuple(notes), per_state)
 
 
 def vllm_kv_layout(
@@ -630,6 +651,7 @@ def vllm_kv_layout(
     per_layer_token_bytes: int,
     block_size: int,
     state_bytes: int = 0,
+    mamba_cache_mode: str = "none",
 ) -> KVLayout:
     """Group layers the way ``get_kv_cache_groups`` does.
 
@@ -642,7 +664,13 @@ def vllm_kv_layout(
     """
     if arch.is_hybrid_ssm:
         return _hybrid_layout(
-            arch, rules, layers_per_stage, per_layer_token_bytes, block_size, state_bytes
+            arch,
+            rules,
+            layers_per_stage,
+            per_layer_token_bytes,
+            block_size,
+            state_bytes,
+            mamba_cache_mode,
         )
     counts: dict[str, int] = {}
     for k in arch.layer_kinds:
@@ -703,7 +731,7 @@ def blocks_per_request(layout: KVLayout, max_model_len: int, max_num_batched_tok
     total = 0
     for kind in layout.groups:
         if kind == "mamba":
-            total += 1
+            total += layout.state_blocks_per_request
         elif kind == "sliding" and layout.sliding_window:
             tokens = min(layout.sliding_window - 1 + max_num_batched_tokens, max_model_len)
             total += cdiv(tokens, layout.block_size) + 1

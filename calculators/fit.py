@@ -63,6 +63,11 @@ class FitRequest(Deployment):
         description="Override config.json fields, KEY=VALUE (vLLM --hf-overrides), values as JSON "
         "(e.g. num_key_value_heads=8, model_type=llama); supplies facts a config lacks.",
     )
+    mamba_cache_mode: Literal["none", "align"] | None = Field(
+        default=None,
+        description="Hybrid Mamba/linear-attention models: vLLM --mamba-cache-mode (align: prefix "
+        "caching, two state blocks per request). Default: the release's, none before 0.28, align from 0.28.",
+    )
     flashinfer_sampler: bool | None = Field(
         default=None,
         description="vLLM samples top-k/top-p with FlashInfer's kernels (FlashInfer installed and "
@@ -558,6 +563,7 @@ def _vllm(r: _Replica, available_override: int | list[int] | None) -> FitResult:
         r.kvb.per_layer[next(iter(r.kvb.per_layer))],
         limits.block_size,
         r.kvb.state_bytes_per_layer,
+        _mamba_cache_mode(r, limits.rules),
     )
     r.notes.assumptions += list(layout.notes)
     cap = ep.kv_capacity(
@@ -590,6 +596,26 @@ def _vllm(r: _Replica, available_override: int | list[int] | None) -> FitResult:
         else None,
         answer=answer,
     )
+
+
+def _mamba_cache_mode(r: _Replica, rules: VllmRules) -> str:
+    """How many state blocks a request holds: given, or the release's default."""
+    if not r.arch.is_hybrid_ssm:
+        return "none"
+    if r.req.mamba_cache_mode is not None:
+        return r.req.mamba_cache_mode
+    if rules.hybrid_prefix_caching_default:
+        r.notes.assumptions.append(
+            f"vLLM {rules.version} enables prefix caching for hybrid models by default "
+            "(mamba_cache_mode align, vllm#50991): two state blocks per request and Mamba group; "
+            "--mamba-cache-mode none (--no-enable-prefix-caching) holds one"
+        )
+        return "align"
+    r.notes.assumptions.append(
+        f"vLLM {rules.version} keeps prefix caching off for hybrid models unless asked "
+        "(mamba_cache_mode none): one state block per request and Mamba group"
+    )
+    return "none"
 
 
 def _vllm_limits(r: _Replica) -> _VllmLimits:

@@ -267,3 +267,27 @@ def test_tensor_parallelism_must_divide_the_state_space_heads(tmp_path):
     req = FitRequest(model=str(path), gpu_memory_gib=80, tensor_parallel_size=8)
     with pytest.raises(InputError, match="state-space heads"):
         estimate_fit(req)
+
+
+def test_from_0_28_prefix_caching_holds_two_state_blocks_per_mamba_group(tmp_path):
+    """vllm#50991 (0.28.0): prefix caching on by default for hybrids, mamba_cache_mode
+    align: MambaSpec keeps 2 blocks per request (state + checkpoint); the block size
+    is that of mode none. Before 0.28 (and with --mamba-cache-mode none) one."""
+    page = 528 * 4096
+    blocks = 1000
+
+    def concurrency(version: str, **fields) -> tuple[float, int]:
+        req = request(
+            tmp_path,
+            "nemotron-h-8b-base-8k",
+            max_model_len=8192,
+            engine_version=version,
+            **fields,
+        )
+        result = estimate_fit_with_available(req, blocks * page * 4)
+        return result.max_concurrency, result.block_size
+
+    assert concurrency("0.27.1") == (round(blocks / (16 + 6), 4), 528)
+    assert concurrency("0.28.0") == (round(blocks / (16 + 12), 4), 528)
+    assert concurrency("0.29.0", mamba_cache_mode="none")[0] == round(blocks / (16 + 6), 4)
+    assert concurrency("0.11.0", mamba_cache_mode="align")[0] == round(blocks / (16 + 12), 4)
