@@ -291,3 +291,16 @@ def test_from_0_28_prefix_caching_holds_two_state_blocks_per_mamba_group(tmp_pat
     assert concurrency("0.28.0") == (round(blocks / (16 + 12), 4), 528)
     assert concurrency("0.29.0", mamba_cache_mode="none")[0] == round(blocks / (16 + 6), 4)
     assert concurrency("0.11.0", mamba_cache_mode="align")[0] == round(blocks / (16 + 12), 4)
+
+
+def test_the_step_model_counts_mixer_weights_and_only_attention_pairs():
+    """Decode reads the Mamba mixers like any dense weight; only the 4 attention layers
+    of Nemotron-H-8B score token pairs (2 x 32 heads x 2 x 128 FLOPs per pair and layer)."""
+    from inferwise.calculators.quantization import resolve_quantization
+    from inferwise.calculators.roofline import shape_from_architecture
+
+    a = arch("nemotron-h-8b-base-8k")
+    counts = count_parameters(a)
+    shape = shape_from_architecture(a, "nemotron", resolve_quantization(None, None), 2, 16384)
+    assert shape.attn_flops_per_pair == 4 * 2.0 * 32 * 2 * 128
+    assert shape.dense_params == counts.attention + counts.dense_mlp + counts.ssm + counts.lm_head
