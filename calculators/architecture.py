@@ -73,6 +73,16 @@ _FAMILIES: dict[str, str] = {
     "qwen3_next": "qwen3_next",
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
+_NOT_MODELLED: dict[str, str] = {
+    "falcon_h1": "Falcon-H1 runs attention and Mamba-2 side by side in every layer (both a "
+    "KV cache and a state per layer); that parallel layout is not modelled yet",
+    "bamba": "Bamba's Mamba-2 hybrid layout is not modelled yet (supported hybrids: jamba, "
+    "nemotron_h, granitemoehybrid, qwen3_next)",
+    "zamba2": "Zamba2's shared-attention hybrid layout is not modelled yet",
+    "mamba": "pure state-space models are not modelled",
+    "mamba2": "pure state-space models are not modelled",
+}
+"""Known families refused with the reason, rather than as an unknown model_type."""
 
 # Vision towers whose parameter layout is a standard pre-norm ViT
 # (attention q/k/v/o with bias, two-matrix MLP, two norms per layer).
@@ -550,6 +560,8 @@ def from_config(
     if not isinstance(model_type, str) or not model_type:
         raise InputError("model", f"config lacks 'model_type'; {OVERRIDE_HINT}")
     family = _FAMILIES.get(model_type)
+    if model_type in _NOT_MODELLED:
+        raise InputError("model", f"architecture '{model_type}': {_NOT_MODELLED[model_type]}")
     if family is None:
         raise InputError(
             "model",

@@ -304,3 +304,27 @@ def test_the_step_model_counts_mixer_weights_and_only_attention_pairs():
     shape = shape_from_architecture(a, "nemotron", resolve_quantization(None, None), 2, 16384)
     assert shape.attn_flops_per_pair == 4 * 2.0 * 32 * 2 * 128
     assert shape.dense_params == counts.attention + counts.dense_mlp + counts.ssm + counts.lm_head
+
+
+@pytest.mark.parametrize(("max_len", "low", "high"), [(512, 0.98, 1.03), (32768, 1.5, 1.95)])
+def test_fp8_kv_gains_little_on_hybrids(tmp_path, max_len, low, high):
+    """vllm#55196: on Mamba/GDN hybrids --kv-cache-dtype fp8 leaves the state pages in
+    bf16 and all groups share one page, so it gains nothing at short context (1.00x)
+    and less than 2x at 32K (1.84x there); attention-only models gain 2x."""
+
+    def concurrency(kv: str) -> float:
+        req = request(
+            tmp_path,
+            "qwen3-next-80b-a3b",
+            kv_cache_dtype=kv,
+            max_model_len=max_len,
+            engine_version="0.11.0",
+        )
+        return estimate_fit_with_available(req, 40 * GiB).max_concurrency
+
+    assert low <= concurrency("fp8") / concurrency("auto") <= high
+
+
+def test_falcon_h1_fails_closed_saying_what_is_missing():
+    with pytest.raises(InputError, match="side by side"):
+        from_config({"model_type": "falcon_h1", "num_hidden_layers": 2})
