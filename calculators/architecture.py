@@ -15,7 +15,8 @@ performance predictor):
   raises :class:`~inferwise.calculators.errors.InputError` (field ``model``)
   for unsupported architectures, missing or malformed fields.
 * :class:`ModelArchitecture` and its parts :class:`MoESpec`, :class:`MLASpec`,
-  :class:`VisionSpec`; ``layer_kinds`` holds one :data:`LayerKind` per layer.
+  :class:`VisionSpec`, :class:`SSMSpec` (the Mamba / Gated DeltaNet layers of
+  hybrid models); ``layer_kinds`` holds one :data:`LayerKind` per layer.
 * :data:`SUPPORTED_MODEL_TYPES`.
 
 Stdlib only (imported by the MCP server at start-up).
@@ -238,7 +239,8 @@ class ModelArchitecture:
 
     model_type: str
     family: str
-    """Layout handler: llama, gemma, mixtral, qwen_moe, deepseek, gpt_oss."""
+    """Layout handler: llama, gemma, mixtral, qwen_moe, deepseek, gpt_oss, jamba,
+    nemotron_h, granite_hybrid, qwen3_next."""
     num_layers: int
     hidden_size: int
     num_attention_heads: int

@@ -18,8 +18,14 @@ A sliding-window layer costs the same per *stored* token as a full one; what
 differs is how many tokens a request keeps (the window), which the engine
 policy accounts for when it turns bytes into a token capacity.
 
+Hybrid models (Jamba, Nemotron-H, Granite 4.0 H, Qwen3-Next): only their
+attention layers pay per token; each Mamba / Gated DeltaNet layer holds one
+fixed state per sequence (:func:`ssm_state_bytes`, vLLM ``MambaSpec``), which
+the engine policy places in pages of the attention page size.
+
 Public API: :func:`kv_cache_bytes_per_element`, :func:`kv_bytes_per_token`
--> :class:`KVBytesPerToken`. Stdlib only.
+-> :class:`KVBytesPerToken`, :func:`ssm_state_bytes` -> :class:`SSMStateBytes`.
+Stdlib only.
 """
 
 from __future__ import annotations
