@@ -15,7 +15,8 @@ performance predictor):
   raises :class:`~inferwise.calculators.errors.InputError` (field ``model``)
   for unsupported architectures, missing or malformed fields.
 * :class:`ModelArchitecture` and its parts :class:`MoESpec`, :class:`MLASpec`,
-  :class:`VisionSpec`; ``layer_kinds`` holds one :data:`LayerKind` per layer.
+  :class:`VisionSpec`, :class:`SSMSpec` (the Mamba / Gated DeltaNet layers of
+  hybrid models); ``layer_kinds`` holds one :data:`LayerKind` per layer.
 * :data:`SUPPORTED_MODEL_TYPES`.
 
 Stdlib only (imported by the MCP server at start-up).
@@ -31,12 +32,20 @@ from typing import Any, Literal
 from .errors import InputError
 from .files import loads_json
 
-LayerKind = Literal["full", "sliding", "chunked", "mla"]
-"""Attention of one decoder layer: ``full`` (causal, whole context),
-``sliding`` (local window of ``sliding_window`` tokens), ``chunked`` (Llama 4's
-chunked local attention: a token attends within its chunk of
-``attention_chunk_size`` tokens), ``mla`` (DeepSeek multi-head latent
-attention: one compressed latent per token)."""
+LayerKind = Literal["full", "sliding", "chunked", "mla", "mamba", "linear", "mlp"]
+"""Sequence mixer of one decoder layer: ``full`` (causal attention, whole
+context), ``sliding`` (local window of ``sliding_window`` tokens), ``chunked``
+(Llama 4's chunked local attention: a token attends within its chunk of
+``attention_chunk_size`` tokens), ``mla`` (DeepSeek multi-head latent attention:
+one compressed latent per token), ``mamba`` (Mamba-1/Mamba-2 state-space layer)
+and ``linear`` (Gated DeltaNet linear attention); these two keep a fixed state per
+sequence instead of per-token KV (vLLM ``MambaSpec``). ``mlp``: a block with no
+sequence mixer at all (Nemotron-H's MLP layers), which caches nothing."""
+
+ATTENTION_KINDS: frozenset[str] = frozenset({"full", "sliding", "chunked", "mla"})
+"""Layer kinds that cache K/V (or a latent) per token."""
+STATE_KINDS: frozenset[str] = frozenset({"mamba", "linear"})
+"""Layer kinds that hold one recurrent state per sequence."""
 
 # model_type -> family handler name. A family shares one parameter layout.
 _FAMILIES: dict[str, str] = {
@@ -68,8 +77,22 @@ _FAMILIES: dict[str, str] = {
     "deepseek_v32": "deepseek",
     "glm4_moe": "glm_moe",
     "minimax_m2": "minimax_m2",
+    "jamba": "jamba",
+    "nemotron_h": "nemotron_h",
+    "granitemoehybrid": "granite_hybrid",
+    "qwen3_next": "qwen3_next",
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
+_NOT_MODELLED: dict[str, str] = {
+    "falcon_h1": "Falcon-H1 runs attention and Mamba-2 side by side in every layer (both a "
+    "KV cache and a state per layer); that parallel layout is not modelled yet",
+    "bamba": "Bamba's Mamba-2 hybrid layout is not modelled yet (supported hybrids: jamba, "
+    "nemotron_h, granitemoehybrid, qwen3_next)",
+    "zamba2": "Zamba2's shared-attention hybrid layout is not modelled yet",
+    "mamba": "pure state-space models are not modelled",
+    "mamba2": "pure state-space models are not modelled",
+}
+"""Known families refused with the reason, rather than as an unknown model_type."""
 
 # Vision towers whose parameter layout is a standard pre-norm ViT
 # (attention q/k/v/o with bias, two-matrix MLP, two norms per layer).
@@ -200,6 +223,50 @@ class VisionSpec:
 
 
 @dataclass(frozen=True)
+class SSMSpec:
+    """The recurrent (state-space or linear-attention) layers of a hybrid model.
+
+    One spec per model: every ``mamba``/``linear`` layer has this shape. Field
+    names follow vLLM's ``MambaStateShapeCalculator``
+    (vllm/model_executor/layers/mamba/mamba_utils.py), which sizes the state.
+    """
+
+    kind: Literal["mamba1", "mamba2", "gated_deltanet"]
+    conv_kernel: int
+    intermediate_size: int = 0
+    """Mamba inner width (``expand x hidden``; Mamba-2: heads x head_dim)."""
+    state_size: int = 0
+    """SSM state per channel (Mamba ``d_state``)."""
+    num_heads: int = 0
+    """Mamba-2 heads; Gated DeltaNet value heads."""
+    head_dim: int = 0
+    """Mamba-2 head dim; Gated DeltaNet value head dim."""
+    n_groups: int = 0
+    """Mamba-2 B/C groups."""
+    dt_rank: int = 0
+    """Mamba-1 rank of the time-step projection."""
+    num_k_heads: int = 0
+    """Gated DeltaNet key heads."""
+    head_k_dim: int = 0
+    """Gated DeltaNet key head dim."""
+    conv_bias: bool = False
+    proj_bias: bool = False
+    """Bias on the in/out projections."""
+    ssm_state_dtype: str | None = None
+    """The temporal state dtype the config states (``mamba_ssm_cache_dtype``,
+    e.g. float32 for Nemotron Nano 2); None: vLLM's ``auto`` (model dtype)."""
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the causal convolution (its state width), whole model."""
+        if self.kind == "gated_deltanet":
+            return 2 * self.num_k_heads * self.head_k_dim + self.num_heads * self.head_dim
+        if self.kind == "mamba2":
+            return self.intermediate_size + 2 * self.n_groups * self.state_size
+        return self.intermediate_size
+
+
+@dataclass(frozen=True)
 class ModelArchitecture:
     """The facts the calculators need, one spelling for every family.
 
@@ -210,7 +277,7 @@ class ModelArchitecture:
     model_type: str
     family: str
     """Layout handler: llama, gemma, mixtral, qwen_moe, deepseek, gpt_oss, falcon,
-    llama4, glm_moe, minimax_m2."""
+    llama4, glm_moe, minimax_m2, jamba, nemotron_h, granite_hybrid, qwen3_next."""
     num_layers: int
     hidden_size: int
     num_attention_heads: int
@@ -242,13 +309,20 @@ class ModelArchitecture:
     """MiniMax-M2 normalises the whole q (heads x head_dim) and k (kv_heads x
     head_dim) projections with one RMSNorm each, instead of per head."""
     mlp_matrices: int = 3
-    """Matrices of a dense MLP: 3 (gated SwiGLU), 2 (Falcon's GELU MLP)."""
+    """Matrices of a dense MLP: 3 (gated SwiGLU), 2 (Falcon's GELU MLP, Nemotron-H relu2)."""
     norm_bias: bool = False
     """LayerNorm with a bias (Falcon): every norm holds two vectors, not one."""
     attention_chunk_size: int | None = None
     """Llama 4: tokens per chunk of the ``chunked`` layers."""
     indexer: IndexerSpec | None = None
     """DeepSeek-V3.2 sparse-attention indexer (None for every other model)."""
+    ssm: SSMSpec | None = None
+    """Shape of the ``mamba``/``linear`` layers of a hybrid model."""
+    ffn_layers: tuple[int, ...] | None = None
+    """Layers that have an MLP or MoE block; None: every layer (Nemotron-H
+    gives each layer one block: a mixer or an MLP)."""
+    attn_output_gate: bool = False
+    """Qwen3-Next: q_proj also emits a per-head output gate (twice the width)."""
     architectures: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
     """What was inferred rather than read (shown as assumptions)."""
@@ -268,6 +342,11 @@ class ModelArchitecture:
 
     def layers_of_kind(self, kind: LayerKind) -> int:
         return sum(1 for k in self.layer_kinds if k == kind)
+
+    @property
+    def is_hybrid_ssm(self) -> bool:
+        """Some layers keep a per-sequence recurrent state (Mamba, DeltaNet)."""
+        return self.ssm is not None and any(k in STATE_KINDS for k in self.layer_kinds)
 
 
 # --------------------------------------------------------------------------- reading fields
@@ -539,6 +618,8 @@ def from_config(
     if not isinstance(model_type, str) or not model_type:
         raise InputError("model", f"config lacks 'model_type'; {OVERRIDE_HINT}")
     family = _FAMILIES.get(model_type)
+    if model_type in _NOT_MODELLED:
+        raise InputError("model", f"architecture '{model_type}': {_NOT_MODELLED[model_type]}")
     if family is None:
         raise InputError(
             "model",
@@ -1007,6 +1088,267 @@ def _read_minimax_m2(p: _Parsed) -> ModelArchitecture:
     )
 
 
+# --------------------------------------------------------------------------- hybrid Mamba / linear attention
+
+
+def _kinds_from_names(
+    names: Any, n: int, r: _Reader, field_name: str, mapping: Mapping[str, LayerKind]
+) -> tuple[LayerKind, ...]:
+    """One layer kind per entry of a config's per-layer list (``layer_types``...)."""
+    if not isinstance(names, list) or len(names) != n:
+        raise InputError(
+            "model", f"config field '{r.where}{field_name}' must list one entry per layer ({n})"
+        )
+    kinds: list[LayerKind] = []
+    for name in names:
+        kind = mapping.get(str(name))
+        if kind is None:
+            raise InputError(
+                "model",
+                f"layer type '{name}' in '{r.where}{field_name}' is not supported "
+                f"(supported: {', '.join(sorted(mapping))})",
+            )
+        kinds.append(kind)
+    return tuple(kinds)
+
+
+def _hybrid_common(p: _Parsed, kinds: tuple[LayerKind, ...]) -> dict[str, Any]:
+    """Hybrids cache K/V only in their attention layers; a model without any is refused
+    (pure Mamba models are not modelled)."""
+    if not any(k in ATTENTION_KINDS for k in kinds):
+        raise InputError(
+            "model",
+            f"'{p.common['model_type']}' config has no attention layer; pure state-space "
+            "models are not modelled (vLLM sizes them differently)",
+        )
+    return dict(p.common)
+
+
+def _read_jamba(p: _Parsed) -> ModelArchitecture:
+    """Jamba (AI21): Mamba-1 layers with attention every ``attn_layer_period`` layers,
+    MoE every ``expert_layer_period`` layers (HF JambaConfig, vLLM jamba.py)."""
+    r, n, h = p.r, p.n, p.common["hidden_size"]
+    a_period, a_offset = r.pos("attn_layer_period", 8), r.int("attn_layer_offset", 4)
+    e_period, e_offset = r.pos("expert_layer_period", 2), r.int("expert_layer_offset", 1)
+    kinds: tuple[LayerKind, ...] = tuple(
+        "full" if i % a_period == a_offset else "mamba" for i in range(n)
+    )
+    experts = r.int("num_experts", 16)
+    moe = None
+    if experts > 1:
+        moe = MoESpec(
+            num_experts=experts,
+            experts_per_token=r.pos("num_experts_per_tok", 2),
+            moe_intermediate_size=r.pos("intermediate_size"),
+            moe_layers=tuple(i for i in range(n) if i % e_period == e_offset),
+        )
+    ssm = SSMSpec(
+        kind="mamba1",
+        conv_kernel=r.pos("mamba_d_conv", 4),
+        intermediate_size=r.pos("mamba_expand", 2) * h,
+        state_size=r.pos("mamba_d_state", 16),
+        dt_rank=r.pos("mamba_dt_rank", math.ceil(h / 16)),
+        conv_bias=r.bool("mamba_conv_bias", True),
+        proj_bias=r.bool("mamba_proj_bias", False),
+    )
+    return ModelArchitecture(
+        **_hybrid_common(p, kinds),
+        intermediate_size=r.pos("intermediate_size"),
+        layer_kinds=kinds,
+        moe=moe,
+        ssm=ssm,
+        notes=tuple(p.notes),
+    )
+
+
+_NEMOTRON_PATTERN: dict[str, LayerKind] = {"M": "mamba", "*": "full", "-": "mlp"}
+_NEMOTRON_BLOCKS: dict[str, LayerKind] = {"mamba": "mamba", "attention": "full", "mlp": "mlp"}
+
+
+def _nemotron_kinds(r: _Reader, n: int) -> tuple[LayerKind, ...]:
+    """Nemotron-H states its layers as ``hybrid_override_pattern`` (M mamba, * attention,
+    - MLP, E MoE) or, in newer configs, as ``layers_block_type`` names."""
+    blocks = r.cfg.get("layers_block_type")
+    pattern = r.cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and (blocks is None or len(pattern) == n):
+        names: list[str] = list(pattern)
+        field_name, mapping = "hybrid_override_pattern", _NEMOTRON_PATTERN
+    elif blocks is not None:
+        names, field_name, mapping = blocks, "layers_block_type", _NEMOTRON_BLOCKS
+    else:
+        raise InputError(
+            "model",
+            f"config lacks '{r.where}hybrid_override_pattern' (or layers_block_type), "
+            "which says which Nemotron-H layers are Mamba, attention or MLP",
+        )
+    if "E" in names or "moe" in names:
+        raise InputError(
+            "model",
+            "Nemotron-H MoE layers ('E' / 'moe', Nemotron 3) are not modelled yet; "
+            "supported layer types: Mamba, attention, MLP (Nemotron-H 8B/47B/56B, Nano 2)",
+        )
+    return _kinds_from_names(names, n, r, field_name, mapping)
+
+
+def _read_nemotron_h(p: _Parsed) -> ModelArchitecture:
+    """Nemotron-H: each layer is one block (Mamba-2, attention or a relu2 MLP) with one
+    RMSNorm (vLLM nemotron_h.py)."""
+    r, n = p.r, p.n
+    kinds = _nemotron_kinds(r, n)
+    heads, head_dim = r.pos("mamba_num_heads"), r.pos("mamba_head_dim")
+    ssm = SSMSpec(
+        kind="mamba2",
+        conv_kernel=r.pos("conv_kernel", 4),
+        intermediate_size=heads * head_dim,
+        state_size=r.pos("ssm_state_size"),
+        num_heads=heads,
+        head_dim=head_dim,
+        n_groups=r.pos("n_groups", 8),
+        conv_bias=r.bool("use_conv_bias", True),
+        proj_bias=r.bool("use_bias", False),
+        ssm_state_dtype=_config_ssm_dtype(r, p.notes),
+    )
+    common = _hybrid_common(p, kinds)
+    common["head_dim"] = r.pos("head_dim", common["head_dim"], "attention_head_dim")
+    return ModelArchitecture(
+        **common,
+        intermediate_size=r.pos("intermediate_size"),
+        layer_kinds=kinds,
+        ssm=ssm,
+        ffn_layers=tuple(i for i, k in enumerate(kinds) if k == "mlp"),
+        mlp_matrices=2,
+        mlp_bias=r.bool("mlp_bias"),
+        attention_bias=r.bool("attention_bias"),
+        o_bias=r.bool("attention_bias"),
+        norms_per_layer=1,
+        notes=tuple(p.notes),
+    )
+
+
+def _config_ssm_dtype(r: _Reader, notes: list[str]) -> str | None:
+    """A config-stated SSM state dtype (Nemotron Nano 2: float32), said as an assumption."""
+    value = r.cfg.get("mamba_ssm_cache_dtype")
+    if value in (None, "auto"):
+        return None
+    if value not in ("float32", "bfloat16", "float16"):
+        raise InputError(
+            "model",
+            f"config field 'mamba_ssm_cache_dtype' is {value!r}; expected float32/bfloat16/float16",
+        )
+    notes.append(
+        f"SSM state kept in {value}, as config.json's mamba_ssm_cache_dtype says (vLLM "
+        "--mamba-ssm-cache-dtype); override with --hf-overrides mamba_ssm_cache_dtype=auto "
+        "if the server runs the default"
+    )
+    return str(value)
+
+
+def _read_granite_hybrid(p: _Parsed) -> ModelArchitecture:
+    """Granite 4.0 H (granitemoehybrid): Mamba-2 and attention layers listed in
+    ``layer_types``; every layer has a MoE block plus a shared MLP, or only the shared
+    MLP when there are no experts (vLLM granitemoehybrid.py)."""
+    r, n, h = p.r, p.n, p.common["hidden_size"]
+    kinds = _kinds_from_names(
+        r.cfg.get("layer_types"), n, r, "layer_types", {"mamba": "mamba", "attention": "full"}
+    )
+    shared = r.int("shared_intermediate_size", 0)
+    experts = r.int("num_local_experts", 0)
+    moe = None
+    if experts:
+        moe = MoESpec(
+            num_experts=experts,
+            experts_per_token=r.pos("num_experts_per_tok"),
+            moe_intermediate_size=r.pos("intermediate_size"),
+            moe_layers=tuple(range(n)),
+            num_shared_experts=1 if shared else 0,
+            shared_expert_intermediate_size=shared,
+        )
+    ssm = SSMSpec(
+        kind="mamba2",
+        conv_kernel=r.pos("mamba_d_conv", 4),
+        intermediate_size=r.pos("mamba_expand", 2) * h,
+        state_size=r.pos("mamba_d_state"),
+        num_heads=r.pos("mamba_n_heads"),
+        head_dim=r.pos("mamba_d_head"),
+        n_groups=r.pos("mamba_n_groups", 1),
+        conv_bias=r.bool("mamba_conv_bias", True),
+        proj_bias=r.bool("mamba_proj_bias", False),
+        ssm_state_dtype=_config_ssm_dtype(r, p.notes),
+    )
+    if ssm.num_heads * ssm.head_dim != ssm.intermediate_size:
+        raise InputError(
+            "model",
+            f"mamba_n_heads x mamba_d_head ({ssm.num_heads} x {ssm.head_dim}) must equal "
+            f"mamba_expand x hidden_size ({ssm.intermediate_size})",
+        )
+    return ModelArchitecture(
+        **_hybrid_common(p, kinds),
+        intermediate_size=shared if not experts else r.pos("intermediate_size"),
+        layer_kinds=kinds,
+        moe=moe,
+        ssm=ssm,
+        attention_bias=r.bool("attention_bias"),
+        o_bias=r.bool("attention_bias"),
+        notes=tuple(p.notes),
+    )
+
+
+def _read_qwen3_next(p: _Parsed) -> ModelArchitecture:
+    """Qwen3-Next: Gated DeltaNet linear attention with a gated full-attention layer every
+    ``full_attention_interval`` layers, MoE with a gated shared expert (vLLM qwen3_next.py)."""
+    r, text, n = p.r, p.text, p.n
+    if text.get("layer_types") is not None:
+        kinds = _kinds_from_names(
+            text["layer_types"],
+            n,
+            r,
+            "layer_types",
+            {"linear_attention": "linear", "full_attention": "full"},
+        )
+    else:
+        interval = r.pos("full_attention_interval", 4)
+        kinds = tuple("full" if (i + 1) % interval == 0 else "linear" for i in range(n))
+    shared = r.int("shared_expert_intermediate_size", 0)
+    moe = MoESpec(
+        num_experts=r.pos("num_experts"),
+        experts_per_token=r.pos("num_experts_per_tok"),
+        moe_intermediate_size=r.pos("moe_intermediate_size"),
+        moe_layers=_moe_layers_qwen(r, n),
+        num_shared_experts=1 if shared else 0,
+        shared_expert_intermediate_size=shared,
+        shared_expert_gate=bool(shared),
+    )
+    ssm = SSMSpec(
+        kind="gated_deltanet",
+        conv_kernel=r.pos("linear_conv_kernel_dim", 4),
+        num_heads=r.pos("linear_num_value_heads"),
+        head_dim=r.pos("linear_value_head_dim"),
+        num_k_heads=r.pos("linear_num_key_heads"),
+        head_k_dim=r.pos("linear_key_head_dim"),
+    )
+    if ssm.num_heads % ssm.num_k_heads:
+        raise InputError(
+            "model",
+            f"linear_num_value_heads ({ssm.num_heads}) must be a multiple of "
+            f"linear_num_key_heads ({ssm.num_k_heads})",
+        )
+    p.notes.append(
+        "the checkpoint's multi-token-prediction layer (mtp.*) is loaded by vLLM only for "
+        "speculative decoding; it is not counted"
+    )
+    return ModelArchitecture(
+        **_hybrid_common(p, kinds),
+        intermediate_size=r.pos("intermediate_size", moe.moe_intermediate_size),
+        layer_kinds=kinds,
+        moe=moe,
+        ssm=ssm,
+        attention_bias=r.bool("attention_bias"),
+        qk_norm=True,
+        attn_output_gate=r.bool("attn_output_gate", True),
+        notes=tuple(p.notes),
+    )
+
+
 _READERS: dict[str, Callable[[_Parsed], ModelArchitecture]] = {
     "llama": _read_llama,
     "gemma": _read_gemma,
@@ -1018,5 +1360,9 @@ _READERS: dict[str, Callable[[_Parsed], ModelArchitecture]] = {
     "llama4": _read_llama4,
     "glm_moe": _read_glm_moe,
     "minimax_m2": _read_minimax_m2,
+    "jamba": _read_jamba,
+    "nemotron_h": _read_nemotron_h,
+    "granite_hybrid": _read_granite_hybrid,
+    "qwen3_next": _read_qwen3_next,
 }
 """One reader per family in ``_FAMILIES``; a new family is a new reader and a row here."""

@@ -135,6 +135,12 @@ class VllmRules:
     not. return 0``), so ``determine_available_memory`` subtracted nothing for
     graphs on MRV2 even with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on; the
     graphs were captured afterwards, above the budget (vllm#49224)."""
+    hybrid_prefix_caching_default: bool = False
+    """0.28+: prefix caching is on by default for hybrid Mamba / linear-attention
+    models, in ``mamba_cache_mode`` "align" (vllm#50991, merged 2026-08-04: "enable
+    prefix cache for hybrid model by default and change the default mode to align";
+    in 0.28.0 per vllm-project/vllm-metal#645). Before, it was opt-in and a request
+    held one state block per Mamba group (mode "none")."""
     notes: tuple[str, ...] = field(default=())
 
 
@@ -176,6 +182,7 @@ def _vllm_rules(version: str | None) -> VllmRules:
         nccl_before_snapshot=v >= (0, 11, 0),
         mrv2_default=_mrv2_default(v),
         mrv2_profiles_cuda_graphs=v >= (0, 29, 0),
+        hybrid_prefix_caching_default=v >= (0, 28, 0),
         sampler_bytes_per_logit=SAMPLER_BYTES_PER_LOGIT[_sampler_era(v)],
         notes=tuple(notes),
     )
@@ -364,7 +371,12 @@ def activation_peak_bytes(
             m.qk_nope_head_dim + m.v_head_dim
         )
     per_token = q + 2 * kv + 2 * h
-    mlp = 3 * arch.intermediate_size / tp
+    if arch.ssm is not None:
+        # a Mamba / DeltaNet in_proj output (gate, conv input, dt) is wider than q/k/v
+        s = arch.ssm
+        width = s.conv_dim + (s.intermediate_size or s.num_heads * s.head_dim) + s.num_heads
+        per_token = max(per_token, width / tp + 2 * h)
+    mlp = arch.mlp_matrices * arch.intermediate_size / tp
     extra_fp32 = 0.0
     if arch.moe is not None:
         moe = arch.moe
@@ -501,6 +513,10 @@ class KVLayout:
     notes: tuple[str, ...] = field(default=())
     attention_chunk_size: int | None = None
     """Llama 4's chunk, when its chunked layers have groups of their own."""
+    state_blocks_per_request: int = 1
+    """Blocks a request holds in each Mamba group (``MambaSpec.max_memory_usage_bytes``):
+    1 in mamba_cache_mode "none", 2 in "align" (the running state and the last
+    block-aligned checkpoint)."""
 
     @property
     def num_groups(self) -> int:
@@ -529,6 +545,136 @@ def _merge_chunked(
     return merged(counts), tuple(merged(s) for s in stages)
 
 
+# --------------------------------------------------------------------------- hybrid Mamba / linear attention
+
+VLLM_HYBRID_MIN_VERSION: dict[str, tuple[str, str]] = {
+    "mamba2": (
+        "0.10.0",
+        "Mamba-2 hybrids on the V1 engine with the attention block size chosen automatically "
+        "(vllm#20499 and its follow-up, July 2025)",
+    ),
+    "mamba1": ("0.10.2", "Mamba-1 layers on the V1 engine (vllm#21249, August 2025)"),
+    "gated_deltanet": ("0.10.2", "Qwen3-Next's Gated DeltaNet layers (September 2025)"),
+}
+"""The first release whose V1 hybrid allocator this fit models, per mixer kind.
+Older releases ran these models on the V0 engine, whose separate Mamba cache
+(sized by max_num_seqs at model load) is not modelled."""
+
+
+def check_vllm_hybrid_support(rules: VllmRules, arch: ModelArchitecture) -> None:
+    """Fail closed for a release older than the hybrid rules modelled here."""
+    if arch.ssm is None:
+        return
+    release, what = VLLM_HYBRID_MIN_VERSION[arch.ssm.kind]
+    if parse_version(rules.version) < parse_version(release):
+        raise InputError(
+            "engine_version",
+            f"vLLM {rules.version} predates the V1 hybrid KV-cache allocator for "
+            f"'{arch.model_type}' ({what}); this fit models it from vLLM {release}: "
+            f"pass --engine-version {release} or newer",
+            accepted=f">= {release}",
+        )
+
+
+HYBRID_BLOCK_ALIGNMENT = 16
+"""Attention block sizes vLLM picks for hybrids are multiples of 16 (FlashAttention /
+FlashInfer kernels); Blackwell with head size 256 on FlashInfer needs 32
+(vllm/model_executor/models/config.py ``HybridAttentionMambaModelConfig``)."""
+
+
+def vllm_hybrid_block_size(
+    arch: ModelArchitecture,
+    attn_token_bytes: int,
+    state_bytes: int,
+    user_block_size: int | None,
+    gpu_id: str | None,
+) -> tuple[int, str]:
+    """The attention block size of a hybrid model and why.
+
+    ``HybridAttentionMambaModelConfig.verify_and_update_config`` (vLLM 0.10+,
+    without prefix caching for Mamba layers): all KV-cache groups share one
+    page size, so the attention block is raised to the smallest multiple of
+    the kernel alignment whose page (block x per-token bytes of one attention
+    layer) holds one Mamba state: ``align x cdiv(state, align x token_bytes)``;
+    a larger block the user set is kept; the Mamba page is then padded to the
+    attention page.
+    """
+    gid = (gpu_id or "").lower()
+    align = HYBRID_BLOCK_ALIGNMENT
+    if arch.head_dim == 256 and gid.startswith(("b200", "gb200", "b300", "gb300")):
+        align = 32
+    needed = align * cdiv(state_bytes, align * attn_token_bytes)
+    if user_block_size is not None and user_block_size >= needed:
+        return user_block_size, f"block size {user_block_size} as given (holds one Mamba state)"
+    why = (
+        f"attention block size raised to {needed} tokens so one attention page "
+        f"({needed} x {attn_token_bytes:,} B) holds a {state_bytes:,}-byte Mamba state "
+        "(vLLM: 'Setting attention block size to N tokens')"
+    )
+    if user_block_size is not None:
+        why += f"; the --block-size {user_block_size} given is too small"
+    return needed, why
+
+
+def _hybrid_layout(
+    arch: ModelArchitecture,
+    rules: VllmRules,
+    layers_per_stage: tuple[dict[str, int], ...],
+    per_layer_token_bytes: int,
+    block_size: int,
+    state_bytes: int,
+    mamba_cache_mode: str,
+) -> KVLayout:
+    """Attention and Mamba/DeltaNet layers in groups of one page size
+    (``_get_kv_cache_groups_uniform_page_size``, kv_cache_utils.py): layers of one
+    type form ``cdiv(n, group_size)`` groups, ``group_size`` = the smaller type count
+    (the larger within 1.5x, 0.11+); each Mamba group holds one block per request
+    in mamba_cache_mode "none" and two in "align" (``MambaSpec.max_memory_usage_bytes``).
+    "align" keeps the block size of "none" (``Platform._align_hybrid_block_size``:
+    only mode "all", not modelled, aligns it to the Mamba chunk size)."""
+    if mamba_cache_mode not in ("none", "align"):
+        raise InputError(
+            "mamba_cache_mode",
+            f"mamba_cache_mode '{mamba_cache_mode}' is not modelled",
+            accepted="none, align",
+        )
+    per_state = 2 if mamba_cache_mode == "align" else 1
+    page = per_layer_token_bytes * block_size
+    attention = sum(1 for k in arch.layer_kinds if k in ("full", "sliding", "mla"))
+    state = sum(1 for k in arch.layer_kinds if k in ("mamba", "linear"))
+    smallest, largest = min(attention, state), max(attention, state)
+    group_size = smallest
+    if rules.group_size_heuristic and largest < smallest * 1.5:
+        group_size = largest
+    groups_of = {"full": cdiv(attention, group_size), "mamba": cdiv(state, group_size)}
+    notes = [
+        f"Mamba page padded by {100 * (page - state_bytes) / state_bytes:.2f}% to the attention "
+        f"page ({page:,} B; vLLM: 'Padding mamba page size')"
+        if page > state_bytes
+        else f"Mamba state and attention page are both {page:,} B",
+        f"{groups_of['full']} attention and {groups_of['mamba']} Mamba KV-cache group(s) of "
+        f"{group_size} layers; a request holds {per_state} state block(s) per Mamba group "
+        f"(mamba_cache_mode '{mamba_cache_mode}')",
+    ]
+    for kind, n in (("attention", attention), ("Mamba", state)):
+        padding = groups_of["full" if kind == "attention" else "mamba"] * group_size - n
+        if padding:
+            notes.append(
+                f"{padding} padding layer(s) in the {kind} groups (vLLM pads uneven groups)"
+            )
+    sizes = tuple(
+        max(
+            cdiv(sum(stage.get(k, 0) for k in ("full", "sliding", "mla")), groups_of["full"]),
+            cdiv(sum(stage.get(k, 0) for k in ("mamba", "linear")), groups_of["mamba"]),
+        )
+        for stage in layers_per_stage
+    )
+    groups = ("full",) * groups_of["full"] + ("mamba",) * groups_of["mamba"]
+    return KVLayout(
+        groups, sizes, page, block_size, None, tuple(notes), state_blocks_per_request=per_state
+    )
+
+
 def vllm_kv_layout(
     arch: ModelArchitecture,
     rules: VllmRules,
@@ -536,6 +682,8 @@ def vllm_kv_layout(
     per_layer_token_bytes: int,
     block_size: int,
     chunked_hybrid: bool = False,
+    state_bytes: int = 0,
+    mamba_cache_mode: str = "none",
 ) -> KVLayout:
     """Group layers the way ``get_kv_cache_groups`` does.
 
@@ -549,6 +697,16 @@ def vllm_kv_layout(
     their own that keep one chunk plus the batched tokens
     (ChunkedLocalAttentionSpec).
     """
+    if arch.is_hybrid_ssm:
+        return _hybrid_layout(
+            arch,
+            rules,
+            layers_per_stage,
+            per_layer_token_bytes,
+            block_size,
+            state_bytes,
+            mamba_cache_mode,
+        )
     counts: dict[str, int] = {}
     for k in arch.layer_kinds:
         counts[k] = counts.get(k, 0) + 1
@@ -618,10 +776,13 @@ def blocks_per_request(layout: KVLayout, max_model_len: int, max_num_batched_tok
     """Blocks one request of ``max_model_len`` tokens holds across all groups
     (``max_memory_usage_bytes`` of FullAttentionSpec / SlidingWindowSpec:
     a window layer keeps ``min(window - 1 + max_num_batched_tokens, len)``
-    tokens plus one block, because the window need not start on a block)."""
+    tokens plus one block, because the window need not start on a block;
+    MambaSpec: one block, the state, whatever the length)."""
     total = 0
     for kind in layout.groups:
-        if kind == "sliding" and layout.sliding_window:
+        if kind == "mamba":
+            total += layout.state_blocks_per_request
+        elif kind == "sliding" and layout.sliding_window:
             tokens = min(layout.sliding_window - 1 + max_num_batched_tokens, max_model_len)
             total += cdiv(tokens, layout.block_size) + 1
         elif kind == "chunked" and layout.attention_chunk_size:

@@ -125,6 +125,11 @@ class FitRequest(Deployment):
     swa_full: bool = Field(
         default=False, description="llama.cpp --swa-full: full-size cache for window layers."
     )
+    mamba_cache_mode: Literal["none", "align"] | None = Field(
+        default=None,
+        description="Hybrid Mamba/linear-attention models: vLLM --mamba-cache-mode (align: prefix "
+        "caching, two state blocks per request). Default: the release's, none before 0.28, align from 0.28.",
+    )
     flashinfer_sampler: bool | None = Field(
         default=None,
         description="vLLM samples top-k/top-p with FlashInfer's kernels (FlashInfer installed and "
@@ -302,6 +307,14 @@ def _check_parallelism(req: FitRequest, arch) -> None:
             f"{tp} does not divide the model's {heads} attention heads (vLLM requires it)",
             accepted=", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0 and d <= 128),
         )
+    ssm = arch.ssm
+    if ssm is not None:
+        for name, n in (("state-space heads", ssm.num_heads), ("key heads", ssm.num_k_heads)):
+            if n and n % tp:
+                raise InputError(
+                    "tensor_parallel_size",
+                    f"{tp} does not divide the model's {n} {name} (vLLM shards them evenly)",
+                )
     kv = arch.num_kv_heads
     if arch.mla is None and ((kv >= tp and kv % tp) or (kv < tp and tp % kv)):
         raise InputError(
@@ -415,6 +428,14 @@ def _estimate(
         return estimate_llamacpp(req, with_suggestions)
     replica = _replica(req, resolved)
     if req.engine == "sglang":
+        if replica.arch.is_hybrid_ssm:
+            raise InputError(
+                "engine",
+                f"SGLang's hybrid Mamba / linear-attention memory pools (mamba cache sized by "
+                f"--max-mamba-cache-size and --mamba-full-memory-ratio) are not modelled for "
+                f"'{replica.arch.model_type}'; use --engine vllm",
+                accepted="vllm",
+            )
         return _sglang(replica)
     result = _vllm(replica, available_override)
     if with_suggestions:
@@ -685,6 +706,8 @@ def _vllm(r: _Replica, available_override: int | list[int] | None) -> FitResult:
         r.kvb.per_layer[next(iter(r.kvb.per_layer))],
         limits.block_size,
         chunked_hybrid=r.req.chunked_local_attn_hybrid,
+        state_bytes=r.kvb.state_bytes_per_layer,
+        mamba_cache_mode=_mamba_cache_mode(r, limits.rules),
     )
     r.notes.assumptions += list(layout.notes)
     cap = ep.kv_capacity(
@@ -719,6 +742,26 @@ def _vllm(r: _Replica, available_override: int | list[int] | None) -> FitResult:
     )
 
 
+def _mamba_cache_mode(r: _Replica, rules: VllmRules) -> str:
+    """How many state blocks a request holds: given, or the release's default."""
+    if not r.arch.is_hybrid_ssm:
+        return "none"
+    if r.req.mamba_cache_mode is not None:
+        return r.req.mamba_cache_mode
+    if rules.hybrid_prefix_caching_default:
+        r.notes.assumptions.append(
+            f"vLLM {rules.version} enables prefix caching for hybrid models by default "
+            "(mamba_cache_mode align, vllm#50991): two state blocks per request and Mamba group; "
+            "--mamba-cache-mode none (--no-enable-prefix-caching) holds one"
+        )
+        return "align"
+    r.notes.assumptions.append(
+        f"vLLM {rules.version} keeps prefix caching off for hybrid models unless asked "
+        "(mamba_cache_mode none): one state block per request and Mamba group"
+    )
+    return "none"
+
+
 def _vllm_limits(r: _Replica) -> _VllmLimits:
     """The release's rules and the batching limits: given, or the engine's defaults."""
     from . import engine_policy as ep
@@ -731,7 +774,14 @@ def _vllm_limits(r: _Replica) -> _VllmLimits:
             f"vLLM {rules.version} accounting (the newest release the rules know)"
         )
     block_size = req.block_size
-    if block_size is None:
+    if r.arch.is_hybrid_ssm:
+        ep.check_vllm_hybrid_support(rules, r.arch)
+        token_bytes = r.kvb.per_layer[next(iter(r.kvb.per_layer))]
+        block_size, why = ep.vllm_hybrid_block_size(
+            r.arch, token_bytes, r.kvb.state_bytes_per_layer, req.block_size, r.gpu_id
+        )
+        notes.assumptions.append(why)
+    elif block_size is None:
         block_size, why = ep.vllm_default_block_size(r.arch, r.gpu_id)
         notes.assumptions.append(why)
     mnbt_default, seqs_default, why = ep.vllm_default_batching(

@@ -22,15 +22,21 @@ as a full one; what differs is how many tokens a request keeps (the window, the
 chunk), which the engine policy accounts for when it turns bytes into a token
 capacity.
 
+Hybrid models (Jamba, Nemotron-H, Granite 4.0 H, Qwen3-Next): only their
+attention layers pay per token; each Mamba / Gated DeltaNet layer holds one
+fixed state per sequence (:func:`ssm_state_bytes`, vLLM ``MambaSpec``), which
+the engine policy places in pages of the attention page size.
+
 Public API: :func:`kv_cache_bytes_per_element`, :func:`kv_bytes_per_token`
--> :class:`KVBytesPerToken`. Stdlib only.
+-> :class:`KVBytesPerToken`, :func:`ssm_state_bytes` -> :class:`SSMStateBytes`.
+Stdlib only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .architecture import LayerKind, ModelArchitecture
+from .architecture import ATTENTION_KINDS, STATE_KINDS, ModelArchitecture
 from .errors import InputError
 from .params import pp_layer_split
 
@@ -108,6 +114,84 @@ class KVBytesPerToken:
     element_bytes: float
     kv_heads_per_rank: int
     notes: tuple[str, ...] = field(default=())
+    state_bytes_per_layer: int = 0
+    """Hybrid models: the recurrent state one sequence holds in one Mamba /
+    DeltaNet layer on one GPU (vLLM ``MambaSpec.page_size_bytes`` unpadded);
+    0 for attention-only models."""
+    state: SSMStateBytes | None = None
+
+
+@dataclass(frozen=True)
+class SSMStateBytes:
+    """Per-sequence state of one Mamba / Gated DeltaNet layer on one GPU, as vLLM's
+    ``MambaStateShapeCalculator`` and ``MambaStateDtypeCalculator`` size it."""
+
+    conv_shape: tuple[int, int]
+    """(kernel - 1, conv channels per rank): the last inputs of the causal conv."""
+    temporal_shape: tuple[int, ...]
+    """Mamba-1 (channels, d_state); Mamba-2 (heads, head_dim, d_state); DeltaNet
+    (value heads, value dim, key dim), per rank."""
+    conv_dtype_bytes: float
+    temporal_dtype_bytes: float
+
+    @property
+    def conv_bytes(self) -> int:
+        return int(self.conv_shape[0] * self.conv_shape[1] * self.conv_dtype_bytes)
+
+    @property
+    def temporal_bytes(self) -> int:
+        n = 1
+        for d in self.temporal_shape:
+            n *= d
+        return int(n * self.temporal_dtype_bytes)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.conv_bytes + self.temporal_bytes
+
+
+def _extra_groups(n_groups: int, tp: int) -> int:
+    """Mamba-2 groups added so each rank holds the groups its heads read
+    (``extra_groups_for_head_shards``): none when tp divides the groups."""
+    return 0 if n_groups % tp == 0 else tp - n_groups
+
+
+def ssm_state_bytes(
+    arch: ModelArchitecture, tensor_parallel_size: int, model_dtype_bytes: float
+) -> SSMStateBytes:
+    """State one sequence keeps per Mamba / DeltaNet layer on one rank.
+
+    vllm/model_executor/layers/mamba/mamba_utils.py: the conv state holds
+    ``conv_kernel - 1`` inputs of every conv channel; the temporal (SSM or
+    recurrent) state is heads x head_dim x state for Mamba-2, channels x state
+    for Mamba-1, value heads x value dim x key dim for Gated DeltaNet; both
+    split by tensor parallelism. Dtypes: ``--mamba-cache-dtype auto`` and
+    ``--mamba-ssm-cache-dtype auto`` follow the model dtype, not
+    ``--kv-cache-dtype`` (``MambaStateDtypeCalculator``); a config-stated
+    ``mamba_ssm_cache_dtype`` sets the temporal one. Speculative tokens would
+    lengthen the conv state (not modelled: no speculative decoding here).
+    """
+    s = arch.ssm
+    if s is None:
+        raise InputError("model", "this model has no state-space layers")
+    tp = tensor_parallel_size
+    if s.kind == "mamba2":
+        groups = s.n_groups + _extra_groups(s.n_groups, tp)
+        conv_dim = s.intermediate_size + 2 * groups * s.state_size
+        temporal: tuple[int, ...] = (s.num_heads // tp, s.head_dim, s.state_size)
+    elif s.kind == "gated_deltanet":
+        conv_dim = s.conv_dim
+        temporal = (s.num_heads // tp, s.head_dim, s.head_k_dim)
+    else:
+        conv_dim = s.intermediate_size
+        temporal = (s.intermediate_size // tp, s.state_size)
+    temporal_bytes = KV_DTYPE_BYTES[s.ssm_state_dtype] if s.ssm_state_dtype else model_dtype_bytes
+    return SSMStateBytes(
+        conv_shape=(s.conv_kernel - 1, conv_dim // tp),
+        temporal_shape=temporal,
+        conv_dtype_bytes=model_dtype_bytes,
+        temporal_dtype_bytes=temporal_bytes,
+    )
 
 
 def kv_bytes_per_token(
@@ -125,17 +209,27 @@ def kv_bytes_per_token(
         per_layer_bytes = mla_layer_bytes_per_token(arch, elem)
     else:
         per_layer_bytes = int(heads * head_size_per_token(arch) * elem)
-    kinds: set[LayerKind] = set(arch.layer_kinds)
-    per_layer = {k: per_layer_bytes for k in sorted(kinds)}
+    # only attention layers pay per token; Mamba / DeltaNet layers hold a state per sequence
+    per_layer = {k: per_layer_bytes for k in sorted(set(arch.layer_kinds)) if k in ATTENTION_KINDS}
     stages: list[dict[str, int]] = []
     for r in pp_layer_split(arch.num_layers, pp):
         counts: dict[str, int] = {}
         for i in r:
             counts[arch.layer_kinds[i]] = counts.get(arch.layer_kinds[i], 0) + 1
         stages.append(counts)
-    per_gpu = max(sum(per_layer[k] * n for k, n in s.items()) for s in stages)
-    total = per_layer_bytes * arch.num_layers * tp
+    per_gpu = max(sum(per_layer.get(k, 0) * n for k, n in s.items()) for s in stages)
+    attention_layers = sum(1 for k in arch.layer_kinds if k in ATTENTION_KINDS)
+    total = per_layer_bytes * attention_layers * tp
     notes: list[str] = []
+    state = None
+    if arch.is_hybrid_ssm:
+        state = ssm_state_bytes(arch, tp, model_dtype_bytes)
+        state_layers = sum(1 for k in arch.layer_kinds if k in STATE_KINDS)
+        notes.append(
+            f"{state_layers} of {arch.num_layers} layers are {arch.ssm.kind} layers "  # type: ignore[union-attr]
+            f"holding a fixed state per sequence ({state.total_bytes:,} bytes per layer and GPU: "
+            f"conv {state.conv_bytes:,} + recurrent {state.temporal_bytes:,}), not per-token KV"
+        )
     if arch.mla is None and arch.num_kv_heads < tp:
         notes.append(
             f"{arch.num_kv_heads} KV heads < tensor parallel {tp}: each rank keeps a replica of one head"
@@ -156,4 +250,6 @@ def kv_bytes_per_token(
         element_bytes=elem,
         kv_heads_per_rank=heads,
         notes=tuple(notes),
+        state_bytes_per_layer=state.total_bytes if state else 0,
+        state=state,
     )

@@ -47,6 +47,7 @@ CATEGORIES = (
     "router",
     "norms",
     "vision",
+    "ssm",
 )
 
 
@@ -87,6 +88,8 @@ class ParamCounts:
     router: int
     norms: int
     vision: int
+    ssm: int = 0
+    """Mamba / Gated DeltaNet mixers of a hybrid model (projections, conv, A, D, dt, norm)."""
 
     def as_dict(self) -> dict[str, int]:
         return {c: getattr(self, c) for c in ("total", "active_per_token", *CATEGORIES)}
@@ -185,8 +188,9 @@ def _attention_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
         return parts + _indexer_parts(arch, i)
     q = arch.num_attention_heads * hd
     kv = arch.num_kv_heads * hd
+    q_out = 2 * q if arch.attn_output_gate else q  # Qwen3-Next: queries and a gate per head
     parts = [
-        _Part("attention", h * q, "tp", f"{pre}.q_proj", True, i),
+        _Part("attention", h * q_out, "tp", f"{pre}.q_proj", True, i),
         _Part("attention", 2 * h * kv, "kv", f"{pre}.k_proj", True, i),
         _Part("attention", q * h, "tp", f"{pre}.o_proj", True, i),
     ]
@@ -228,8 +232,7 @@ def _mlp_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
     pre = f"model.layers.{i}.mlp"
     moe = arch.moe
     if moe is None or i not in moe.moe_layers:
-        inter = arch.intermediate_size
-        mats = arch.mlp_matrices
+        inter, mats = arch.intermediate_size, arch.mlp_matrices
         parts = [_Part("dense_mlp", mats * h * inter, "tp", f"{pre}.down_proj", True, i)]
         if arch.mlp_bias:
             bias = (mats - 1) * inter + h
@@ -254,6 +257,62 @@ def _mlp_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
         parts.append(_Part("shared_experts", 3 * h * s, "tp", f"{name}.down_proj", True, i))
         if moe.shared_expert_gate:
             parts.append(_Part("router", h, "rep", f"{pre}.shared_expert_gate", False, i))
+    return parts
+
+
+def _ssm_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
+    """One Mamba-1, Mamba-2 or Gated DeltaNet mixer as vLLM builds it
+    (layers/mamba/mamba_mixer.py, mamba_mixer2.py, models/qwen3_next.py): the
+    projections, the depthwise conv, A/D/dt and the gated norm, split by tensor
+    parallelism except Mamba-1's small norms and DeltaNet's per-head norm."""
+    s = arch.ssm
+    assert s is not None
+    h, pre = arch.hidden_size, f"model.layers.{i}.mixer"
+    conv = s.conv_dim * s.conv_kernel + (s.conv_dim if s.conv_bias else 0)
+    if s.kind == "gated_deltanet":
+        key, value = s.num_k_heads * s.head_k_dim, s.num_heads * s.head_dim
+        return [
+            _Part("ssm", h * (2 * key + 2 * value), "tp", f"{pre}.in_proj_qkvz", True, i),
+            _Part("ssm", h * 2 * s.num_heads, "tp", f"{pre}.in_proj_ba", True, i),
+            _Part("ssm", conv + 2 * s.num_heads, "tp", f"{pre}.conv1d", False, i),
+            _Part("ssm", s.head_dim, "rep", f"{pre}.norm", False, i),
+            _Part("ssm", value * h, "tp", f"{pre}.out_proj", True, i),
+        ]
+    d = s.intermediate_size
+    if s.kind == "mamba1":
+        in_proj = h * 2 * d + (2 * d if s.proj_bias else 0)
+        x_proj = d * (s.dt_rank + 2 * s.state_size)
+        dt_proj = s.dt_rank * d + d
+        return [
+            _Part("ssm", in_proj, "tp", f"{pre}.in_proj", True, i),
+            _Part("ssm", conv, "tp", f"{pre}.conv1d", False, i),
+            _Part("ssm", x_proj + dt_proj, "tp", f"{pre}.x_proj", True, i),
+            _Part("ssm", d * s.state_size + d, "tp", f"{pre}.A", False, i),
+            _Part("ssm", s.dt_rank + 2 * s.state_size, "rep", f"{pre}.dt_layernorm", False, i),
+            _Part("ssm", d * h + (h if s.proj_bias else 0), "tp", f"{pre}.out_proj", True, i),
+        ]
+    in_width = d + s.conv_dim + s.num_heads  # gate z, conv input x/B/C, time step dt
+    return [
+        _Part(
+            "ssm", h * in_width + (in_width if s.proj_bias else 0), "tp", f"{pre}.in_proj", True, i
+        ),
+        _Part("ssm", conv, "tp", f"{pre}.conv1d", False, i),
+        _Part("ssm", 3 * s.num_heads + d, "tp", f"{pre}.A", False, i),  # A, D, dt_bias, norm
+        _Part("ssm", d * h + (h if s.proj_bias else 0), "tp", f"{pre}.out_proj", True, i),
+    ]
+
+
+def _layer_parts(arch: ModelArchitecture, i: int) -> list[_Part]:
+    """The mixer (attention, a state-space layer or nothing) and the MLP/MoE of layer i."""
+    kind = arch.layer_kinds[i]
+    if kind in ("mamba", "linear"):
+        parts = _ssm_parts(arch, i)
+    elif kind == "mlp":
+        parts = []
+    else:
+        parts = _attention_parts(arch, i)
+    if arch.ffn_layers is None or i in arch.ffn_layers:
+        parts += _mlp_parts(arch, i)
     return parts
 
 
@@ -336,8 +395,7 @@ def _build_parts(arch: ModelArchitecture) -> list[_Part]:
     norm = 2 * h if arch.norm_bias else h  # LayerNorm: weight and bias
     parts = [_Part("embedding", v * h, "vocab", "model.embed_tokens", False)]
     for i in range(arch.num_layers):
-        parts += _attention_parts(arch, i)
-        parts += _mlp_parts(arch, i)
+        parts += _layer_parts(arch, i)
         parts.append(
             _Part(
                 "norms",

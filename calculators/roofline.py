@@ -397,9 +397,22 @@ def shape_from_architecture(
     h = arch.hidden_size
     lm_head = float(counts.lm_head or arch.vocab_size * h)
     lm_head_bytes = wb["lm_head"] if counts.lm_head else wb["embedding"]
-    dense = counts.attention + counts.dense_mlp + counts.shared_experts + counts.router + lm_head
+    # ssm: the Mamba / DeltaNet mixers of hybrid models, read and multiplied every token
+    dense = (
+        counts.attention
+        + counts.dense_mlp
+        + counts.shared_experts
+        + counts.router
+        + counts.ssm
+        + lm_head
+    )
     dense_bytes = (
-        wb["attention"] + wb["dense_mlp"] + wb["shared_experts"] + wb["router"] + lm_head_bytes
+        wb["attention"]
+        + wb["dense_mlp"]
+        + wb["shared_experts"]
+        + wb["router"]
+        + wb["ssm"]
+        + lm_head_bytes
     )
     mla = arch.mla
     q = arch.num_attention_heads
@@ -418,7 +431,9 @@ def shape_from_architecture(
         num_layers=arch.num_layers,
         hidden_size=h,
         dense_params=float(dense),
-        attn_flops_per_pair=pair_flops * arch.num_layers,
+        # only attention layers score token pairs (hybrids' Mamba layers do not)
+        attn_flops_per_pair=pair_flops
+        * sum(1 for k in arch.layer_kinds if k in ("full", "sliding", "mla")),
         dense_weight_bytes=float(dense_bytes),
         kv_bytes_per_token=kv_bytes_per_token,
         num_experts=moe.num_experts if moe else 0,
