@@ -125,6 +125,11 @@ def _vision_parts(arch: ModelArchitecture) -> list[_Part]:
     v = arch.vision
     if v is None:
         return []
+    if v.tower_params is not None:  # counted by the family's own layout (vision.py)
+        return [
+            _Part("vision", v.tower_params, "tp", "vision_tower", False),
+            _Part("vision", v.projector_params, v.projector_split, "multi_modal_projector", False),
+        ]
     h, i = v.hidden_size, v.intermediate_size
     patches = (v.image_size // v.patch_size) ** 2
     if v.gated_mlp:  # Pixtral: no biases, RMSNorm, gated MLP, RoPE
