@@ -19,7 +19,7 @@ project modules only (the MCP server imports this at start-up).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,6 +62,18 @@ class FitRequest(Deployment):
         default_factory=dict,
         description="Override config.json fields, KEY=VALUE (vLLM --hf-overrides), values as JSON "
         "(e.g. num_key_value_heads=8, model_type=llama); supplies facts a config lacks.",
+    )
+    limit_mm_per_prompt: dict[str, Annotated[int, Field(ge=0, le=1_000_000)]] | None = Field(
+        default=None,
+        description="Multimodal items per prompt by modality (vLLM --limit-mm-per-prompt), e.g. "
+        "image=0 video=0 to serve a vision-language model text-only, which skips the vision "
+        "encoder's start-up profiling. Default: vLLM's (V1: 999 per modality, V0: 1).",
+    )
+    mm_processor_kwargs: dict[str, int] = Field(
+        default_factory=dict,
+        description="Processor limits that size the largest image vLLM profiles (vLLM "
+        "--mm-processor-kwargs): max_pixels (Qwen2/2.5/3-VL), max_dynamic_patch (InternVL), "
+        "num_crops (Phi-3.5-vision).",
     )
     flashinfer_sampler: bool | None = Field(
         default=None,
@@ -664,6 +676,11 @@ def _vllm_memory(
         )
     charged = graphs if graphs_in_budget else 0
     acts = [act_last if s == pp - 1 else act_other for s in range(pp)]
+    encoder = _mm_encoder_profile(r, limits)
+    if encoder is not None:
+        # the tower runs on the first stage; its outputs stay cached through the text dummy run
+        peak, outputs = encoder
+        acts[0] = max(peak, acts[0] + outputs)
     avail = [
         int(usable - r.wb.per_stage_bytes[s] - acts[s] - non_torch - charged) for s in range(pp)
     ]
@@ -678,6 +695,100 @@ def _vllm_memory(
         avail = [available_override] * pp
     r.notes.quantities += _vllm_quantities(r, limits, graphs_in_budget)
     return _StageMemory(usable, avail, acts, non_torch, graphs, graphs_in_budget)
+
+
+def _mm_limits(r: _Replica, rules: VllmRules) -> dict[str, int]:
+    """Items per prompt by modality as vLLM resolves them (V1 default 999, V0 1)."""
+    default = 999 if rules.v1 else 1
+    given = r.req.limit_mm_per_prompt or {}
+    known = ("image", "video")
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise InputError(
+            "limit_mm_per_prompt",
+            f"modality {', '.join(unknown)} is not modelled",
+            accepted=", ".join(known),
+        )
+    return {m: given.get(m, default) for m in known}
+
+
+def _mm_encoder_profile(r: _Replica, limits: _VllmLimits) -> tuple[int, int] | None:
+    """(encoder peak, encoder outputs) of vLLM's multimodal profiling, bytes per GPU,
+    or None for a text-only model or deployment. Says in the assumptions what it charged."""
+    from . import vision
+
+    v, notes, req = r.arch.vision, r.notes, r.req
+    if v is None:
+        if req.limit_mm_per_prompt or req.mm_processor_kwargs:
+            notes.warnings.append(
+                "limit_mm_per_prompt / mm_processor_kwargs ignored: the model has no vision tower"
+            )
+        return None
+    mm_limits = _mm_limits(r, limits.rules)
+    if mm_limits["image"] == 0 and mm_limits["video"] == 0:
+        notes.assumptions.append(
+            "text-only serving (limit_mm_per_prompt image=0, video=0): vLLM skips the vision "
+            "encoder's profiling and encoder cache; the vision tower's weights are still counted"
+        )
+        return None
+    if not v.family:
+        notes.warnings.append(
+            f"vLLM profiles the '{v.model_type}' vision encoder at start-up; that peak is not "
+            'modelled here (pass limit_mm_per_prompt {"image": 0, "video": 0} for text-only serving)'
+        )
+        return None
+    if mm_limits["image"] == 0:
+        raise InputError(
+            "limit_mm_per_prompt",
+            "video profiling (image=0 with video enabled) is not modelled; set video=0 as well "
+            "for text-only serving, or leave images enabled",
+        )
+    tokens, patches, how = vision.max_image_shape(
+        v.family, dict(v.image_facts), req.mm_processor_kwargs
+    )
+    budget, items = vision.mm_profile_items(
+        tokens,
+        limits.max_num_batched_tokens,
+        limits.max_num_seqs,
+        mm_limits["image"],
+        limits.rules.v1,
+    )
+    layout = v.layout
+    if layout is None:  # SigLIP/CLIP towers read by the generic path (Gemma 3, LLaVA)
+        layout = vision.TowerLayout(
+            0,
+            0,
+            v.hidden_size,
+            v.intermediate_size,
+            v.num_layers,
+            v.gated_mlp,
+            v.num_channels * v.patch_size**2,
+            1,
+        )
+    tp = req.tensor_parallel_size
+    peak = vision.encoder_peak_bytes(layout, items * patches, r.act_bytes, tp)
+    outputs = int(items * tokens * r.arch.hidden_size * r.act_bytes)
+    notes.assumptions.append(
+        f"vision encoder profiling: encoder budget {budget:,} tokens = max(max_num_batched_tokens, "
+        f"{tokens:,} tokens per image: {how}), {items} dummy image(s) of {patches:,} patches; "
+        f"modelled encoder peak {peak / GiB:.2f} GiB (a shape model, no log separates it) and "
+        f"{outputs / GiB:.2f} GiB of encoder outputs held through the text model's dummy run; "
+        "lower it with limit_mm_per_prompt or mm_processor_kwargs, or image=0 video=0 for text-only"
+    )
+    r.notes.quantities.append(
+        Quantity(
+            name="vision_encoder_profile_gib",
+            provenance="assumed",
+            detail=f"{max(peak, outputs) / GiB:.2f} GiB peak of the vision encoder's profiling run "
+            "(vllm/v1/worker/gpu_model_runner.py profile_run, encoder_cache_manager.py compute_encoder_budget)",
+        )
+    )
+    if mm_limits["video"] > 0 and v.family.startswith("qwen"):
+        notes.assumptions.append(
+            "vLLM profiles the modality with the most tokens per item; images are taken to be it "
+            "(true at the default limits; with few images per prompt the video dummy can be larger)"
+        )
+    return peak, outputs
 
 
 def _vllm_quantities(r: _Replica, limits: _VllmLimits, graphs_in_budget: bool) -> list[Quantity]:
