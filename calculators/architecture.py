@@ -109,6 +109,7 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "head_dim": 256,
         "max_position_embeddings": 131072,
         "sliding_window": 4096,
+        "num_attention_heads": 8,
         "num_key_value_heads": 4,
     },
     "siglip_vision_model": {
