@@ -525,6 +525,19 @@ _VLM_LAYOUTS = frozenset(
 )
 
 
+def _vlm_notes(config: Mapping[str, Any], model_type: str) -> list[str]:
+    """What the tower count includes that vLLM may not load."""
+    layer = config.get("vision_feature_layer", -2 if model_type == "llava_next" else None)
+    if model_type == "phi3_v":
+        layer = (config.get("img_processor") or {}).get("layer_idx", -2)
+    if isinstance(layer, int) and layer < -1:
+        return [
+            f"vision tower counted whole (the checkpoint's layers); vLLM builds it only up to "
+            f"vision_feature_layer {layer}, so it loads {-layer - 1} tower layer(s) fewer than counted here"
+        ]
+    return []
+
+
 def _vlm_vision_spec(config: Mapping[str, Any], text_hidden: int, model_type: str) -> VisionSpec:
     layout = _vlm_layout(config, text_hidden, model_type)
     facts = vision.image_facts(model_type, config)
@@ -574,6 +587,8 @@ class _Parsed:
     common: dict[str, Any]
     notes: list[str]
     vision: Any
+    raw: Mapping[str, Any] = field(default_factory=dict)
+    """The whole config (wrapper fields such as vision_feature_layer)."""
 
 
 def from_config(
@@ -675,6 +690,7 @@ def _parse_common(
         common=common,
         notes=notes,
         vision=_vision_spec(cfg, hidden, model_type),
+        raw=cfg,
     )
 
 
@@ -745,7 +761,7 @@ def _read_llama(p: _Parsed) -> ModelArchitecture:
         mlp_bias=r.bool("mlp_bias"),
         qk_norm=p.text_type in _QK_NORM_TEXT,
         vision=p.vision,
-        notes=tuple(p.notes),
+        notes=tuple(p.notes) + tuple(_vlm_notes(p.raw, p.common["model_type"])),
     )
 
 

@@ -61,6 +61,46 @@ def test_qwen3_vl_4b_counts_deepstack_mergers_and_position_embeddings():
     assert arch.vision.projector_params > deepstack
 
 
+def test_llava_next_mistral_7b_counts_the_published_total_exactly():
+    """huggingface.co/llava-hf/llava-v1.6-mistral-7b-hf: 7,566,747,648 parameters. Its
+    text_config is sparse (MistralConfig defaults fill it); CLIP ViT-L/14-336 with its
+    class token, pre- and post-LayerNorm; projector plus the image_newline vector."""
+    arch = from_config(config("llava-hf/llava-v1.6-mistral-7b-hf"))
+    assert count_parameters(arch).total == 7_566_747_648
+    assert arch.num_layers == 32 and arch.hidden_size == 4096 and arch.num_kv_heads == 8
+
+
+def test_phi3_vision_counts_clip_and_the_hd_projection():
+    """huggingface.co/microsoft/Phi-3-vision-128k-instruct: 4.15B parameters; the CLIP
+    tower is not in config.json, img_processor.model_name names it."""
+    arch = from_config(config("microsoft/Phi-3-vision-128k-instruct"))
+    counts = count_parameters(arch)
+    assert abs(counts.total - 4.15e9) / 4.15e9 < 0.001
+    clip, *_ = vision.clip_layout(vision.CLIP_VIT_L_336)
+    assert clip == 303_507_456  # CLIP ViT-L/14-336 vision model, hand-summed module by module
+    with pytest.raises(InputError):
+        from_config(
+            {**config("microsoft/Phi-3-vision-128k-instruct"), "img_processor": {"model_name": "x"}}
+        )
+
+
+def test_internvl3_1b_counts_internvit_300m_and_the_untied_qwen2_head():
+    """OpenGVLab/InternVL3-1B: InternViT-300M (class token, 1025 positions, LayerNorm
+    blocks with layer scales, biased qkv) + mlp1 (LayerNorm 4096 -> 896 -> 896) + a
+    Qwen2.5-0.5B layout with a separate 151,674 x 896 lm_head; 0.94B in all."""
+    arch = from_config(config("OpenGVLab/InternVL3-1B"))
+    counts = count_parameters(arch)
+    v, i = 1024, 4096
+    embed = 3 * 14 * 14 * v + v + v + 1025 * v
+    block = 4 * v + (3 * v * v + 3 * v) + (v * v + v) + (v * i + i) + (i * v + v) + 2 * v
+    assert arch.vision.tower_params == embed + 24 * block == 304_012_288
+    assert arch.vision.projector_params == 2 * 4096 + 4096 * 896 + 896 + 896 * 896 + 896
+    assert abs(counts.total - 0.938e9) / 0.938e9 < 0.001
+    assert arch.attention_bias and not arch.tie_word_embeddings
+    facts = dict(arch.vision.image_facts)
+    assert vision.max_image_shape("internvl_chat", facts, {})[0] == 13 * 256  # 12 tiles + thumbnail
+
+
 def test_qwen2_vl_mrope_model_keeps_ordinary_kv():
     """M-RoPE changes positions, not the cache: 28 layers x 4 KV heads x 128 x K,V x 2 bytes."""
     arch = from_config(config("Qwen/Qwen2.5-VL-7B-Instruct"))
