@@ -61,6 +61,16 @@ def test_qwen3_vl_4b_counts_deepstack_mergers_and_position_embeddings():
     assert arch.vision.projector_params > deepstack
 
 
+def test_qwen3_vl_moe_30b_a3b_counts_the_published_total_exactly():
+    """huggingface.co/Qwen/Qwen3-VL-30B-A3B-Instruct: 31,070,754,032 parameters; the
+    text model is Qwen3-30B-A3B's layout (128 experts, 8 active, q/k norms)."""
+    arch = from_config(config("Qwen/Qwen3-VL-30B-A3B-Instruct"))
+    counts = count_parameters(arch)
+    assert counts.total == 31_070_754_032
+    assert arch.is_moe and arch.qk_norm and arch.moe.experts_per_token == 8
+    assert counts.total - counts.vision == 30_532_122_624
+
+
 def test_llava_next_mistral_7b_counts_the_published_total_exactly():
     """huggingface.co/llava-hf/llava-v1.6-mistral-7b-hf: 7,566,747,648 parameters. Its
     text_config is sparse (MistralConfig defaults fill it); CLIP ViT-L/14-336 with its
