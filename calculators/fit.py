@@ -483,7 +483,8 @@ def _weights(r: _Replica) -> WeightBytes:
     if req.engine == "vllm":
         alignment = ep.mxfp4_alignment(ep.vllm_rules(req.engine_version), r.gpu_id)
     tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
-    wb = weight_bytes(r.arch, scheme, r.act_bytes, tp, pp, mxfp4_alignment=alignment)
+    loaded = _loaded_architecture(r)
+    wb = weight_bytes(loaded, scheme, r.act_bytes, tp, pp, mxfp4_alignment=alignment)
     r.notes.assumptions += list(wb.notes)
     what = scheme.description if scheme.is_quantized else r.dtype_name
     r.notes.quantities.append(
@@ -497,6 +498,51 @@ def _weights(r: _Replica) -> WeightBytes:
     if r.source.checkpoint_bytes:
         _check_against_checkpoint(r)
     return wb
+
+
+LANGUAGE_ONLY_FROM = (0, 10, 1)
+"""vllm#22299 (merged 2025-08-06, in 0.10.1; #22224 did LLaVA first): with every
+modality's --limit-mm-per-prompt at 0 these models build no vision tower or
+projector ("implicit language-model-only mode"), so their weights are not loaded."""
+LANGUAGE_ONLY_FAMILIES = frozenset(
+    {"llava", "llava_next", "mistral3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"}
+)
+"""Model types whose vLLM classes guard the tower on get_limit_per_prompt (read in their
+vllm/model_executor/models/*.py); others load it whatever the limits."""
+
+
+def _loaded_architecture(r: _Replica) -> ModelArchitecture:
+    """The architecture whose weights vLLM loads: without the vision tower where a
+    text-only deployment skips it (vLLM only; SGLang loads the checkpoint)."""
+    import dataclasses
+
+    from . import engine_policy as ep
+    from . import vision
+
+    req, arch = r.req, r.arch
+    limits = req.limit_mm_per_prompt
+    if arch.vision is None or not limits:
+        return arch
+    if any(limits.get(m, 1) for m in vision.modalities(arch.vision.family or arch.model_type)):
+        return arch
+    if req.engine != "vllm":
+        return arch
+    version = ep.parse_version(req.engine_version or ep.VLLM_DEFAULT_VERSION)
+    if arch.model_type in LANGUAGE_ONLY_FAMILIES and version >= LANGUAGE_ONLY_FROM:
+        r.notes.assumptions.append(
+            "text-only: vLLM builds no vision tower or projector when every modality's limit is 0 "
+            f"(vllm#22299, 0.10.1+); their {r.counts.vision:,} parameters are not loaded"
+        )
+        return dataclasses.replace(arch, vision=None)
+    r.notes.assumptions.append(
+        "text-only, but the vision tower's weights are still loaded "
+        + (
+            f"(vLLM {'.'.join(map(str, version))} predates the language-model-only mode of 0.10.1)"
+            if arch.model_type in LANGUAGE_ONLY_FAMILIES
+            else f"(vLLM's '{arch.model_type}' class builds it whatever the limits)"
+        )
+    )
+    return arch
 
 
 def _check_against_checkpoint(r: _Replica) -> None:
@@ -699,9 +745,12 @@ def _vllm_memory(
 
 def _mm_limits(r: _Replica, rules: VllmRules) -> dict[str, int]:
     """Items per prompt by modality as vLLM resolves them (V1 default 999, V0 1)."""
+    from . import vision
+
     default = 999 if rules.v1 else 1
     given = r.req.limit_mm_per_prompt or {}
-    known = ("image", "video")
+    v = r.arch.vision
+    known = vision.modalities(v.family or r.arch.model_type) if v else ("image", "video")
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise InputError(
@@ -709,7 +758,9 @@ def _mm_limits(r: _Replica, rules: VllmRules) -> dict[str, int]:
             f"modality {', '.join(unknown)} is not modelled",
             accepted=", ".join(known),
         )
-    return {m: given.get(m, default) for m in known}
+    limits = {m: given.get(m, default) for m in known}
+    limits.setdefault("video", 0)
+    return limits
 
 
 def _mm_encoder_profile(r: _Replica, limits: _VllmLimits) -> tuple[int, int] | None:
@@ -727,8 +778,8 @@ def _mm_encoder_profile(r: _Replica, limits: _VllmLimits) -> tuple[int, int] | N
     mm_limits = _mm_limits(r, limits.rules)
     if mm_limits["image"] == 0 and mm_limits["video"] == 0:
         notes.assumptions.append(
-            "text-only serving (limit_mm_per_prompt image=0, video=0): vLLM skips the vision "
-            "encoder's profiling and encoder cache; the vision tower's weights are still counted"
+            "text-only serving (every modality's limit_mm_per_prompt 0): vLLM skips the vision "
+            "encoder's profiling and the encoder cache"
         )
         return None
     if not v.family:

@@ -57,6 +57,15 @@ PROCESSOR_KWARGS = {
 """--mm-processor-kwargs keys each family's max-image computation reads."""
 
 
+VIDEO_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
+"""Families whose vLLM processors also take video (the rest: images only)."""
+
+
+def modalities(family: str) -> tuple[str, ...]:
+    """The non-text modalities vLLM registers for a family's processor."""
+    return ("image", "video") if family in VIDEO_FAMILIES else ("image",)
+
+
 @dataclass(frozen=True)
 class TowerLayout:
     """A vision tower's parameter count and the shapes its profiling run needs."""

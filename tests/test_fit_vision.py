@@ -215,7 +215,10 @@ def test_text_only_serving_skips_the_encoder_profile_and_says_so(qwen25_vl_7b):
     with_images = _fit(qwen25_vl_7b)
     text_only = _fit(qwen25_vl_7b, limit_mm_per_prompt={"image": 0, "video": 0})
     assert text_only.per_gpu.kv_cache_gib > with_images.per_gpu.kv_cache_gib + 1.0
-    assert text_only.per_gpu.weights_gib == with_images.per_gpu.weights_gib
+    # vllm#22299 (0.10.1+): no tower is built, so its 676,550,144 bf16 parameters are not loaded
+    dropped = with_images.per_gpu.weights_gib - text_only.per_gpu.weights_gib
+    assert dropped == pytest.approx(676_550_144 * 2 / GiB, abs=0.002)
+    assert text_only.parameters.total == with_images.parameters.total  # still the checkpoint's
     assert any("vision encoder profiling" in a and "16,384" in a for a in with_images.assumptions)
     assert any("text-only" in a for a in text_only.assumptions)
     assert not any("vision encoder profiling" in a for a in text_only.assumptions)
@@ -263,3 +266,20 @@ def test_gemma3_4b_reads_its_sparse_text_config():
     applies, as the catalog entry's notes say (4.30B parameters on the model card)."""
     res = estimate_fit(FitRequest(model="google/gemma-3-4b-it", gpu="l4", max_model_len=8192))
     assert abs(res.parameters.total - 4.30e9) / 4.30e9 < 0.01
+
+
+def test_text_only_keeps_the_tower_before_0101_and_for_families_that_always_build_it(
+    qwen25_vl_7b, tmp_path
+):
+    text_only = {"image": 0, "video": 0}
+    old = _fit(qwen25_vl_7b, limit_mm_per_prompt=text_only, engine_version="0.10.0")
+    new = _fit(qwen25_vl_7b, limit_mm_per_prompt=text_only, engine_version="0.10.1")
+    assert old.per_gpu.weights_gib > new.per_gpu.weights_gib + 1.2
+    assert any("predates" in a for a in old.assumptions)
+    path = tmp_path / "internvl.json"
+    path.write_text(json.dumps(config("OpenGVLab/InternVL3-1B")))
+    images = _fit(str(path))
+    none = _fit(str(path), limit_mm_per_prompt={"image": 0})  # InternVL takes images only
+    assert none.per_gpu.weights_gib == images.per_gpu.weights_gib
+    assert any("whatever the limits" in a for a in none.assumptions)
+    assert not any("vision encoder profiling" in a for a in none.assumptions)
