@@ -834,7 +834,12 @@ def _mm_encoder_profile(r: _Replica, limits: _VllmLimits) -> tuple[int, int] | N
             "(vllm/v1/worker/gpu_model_runner.py profile_run, encoder_cache_manager.py compute_encoder_budget)",
         )
     )
-    if mm_limits["video"] > 0 and v.family.startswith("qwen"):
+    if mm_limits["video"] > 0 and not limits.rules.v1:
+        notes.warnings.append(
+            "vLLM V0 also encodes a dummy video in each profiling sequence; it is not modelled, "
+            "so the profiled peak is underestimated (set video=0 to match)"
+        )
+    elif mm_limits["video"] > 0:
         notes.assumptions.append(
             "vLLM profiles the modality with the most tokens per item; images are taken to be it "
             "(true at the default limits; with few images per prompt the video dummy can be larger)"

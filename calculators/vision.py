@@ -377,12 +377,16 @@ def mm_profile_items(
 
     V1: ``compute_encoder_budget`` (vllm/v1/core/encoder_cache_manager.py) takes
     ``max(max_num_batched_tokens, max tokens per item)`` for both the compute and
-    the cache budget; ``profile_run`` encodes ``budget // tokens per item`` items
-    of the largest size, at most ``max_num_seqs x limit`` and at least one. V0
-    profiles one dummy sequence holding ``limit`` items."""
+    the cache budget; ``profile_run`` (vllm/v1/worker/gpu_model_runner.py) encodes
+    ``budget // tokens per item`` items of the largest size, at most
+    ``max_num_seqs x limit`` and at least one. V0 (vllm/worker/model_runner.py
+    ``profile_run``) builds ``max(1, min(max_num_seqs, max_num_batched_tokens //
+    (limit x tokens per item)))`` dummy sequences holding ``limit`` items each."""
     budget = max(max_num_batched_tokens, max_tokens_per_item)
     if not v1:
-        return budget, max(1, limit_per_prompt)
+        per_seq = max(1, limit_per_prompt) * max_tokens_per_item
+        seqs = max(1, min(max_num_seqs, max_num_batched_tokens // per_seq))
+        return budget, seqs * max(1, limit_per_prompt)
     items = max(1, min(budget // max_tokens_per_item, max_num_seqs * limit_per_prompt))
     return budget, items
 

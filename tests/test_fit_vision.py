@@ -171,6 +171,9 @@ def test_encoder_budget_is_the_larger_of_batched_tokens_and_one_item():
     assert vision.mm_profile_items(256, 8192, 1024, 999, True) == (8192, 32)
     assert vision.mm_profile_items(256, 8192, 4, 2, True) == (8192, 8)  # max_num_seqs x limit
     assert vision.mm_profile_items(16384, 2048, 256, 1, False) == (16384, 1)
+    # V0: min(max_num_seqs, batched // (limit x tokens)) sequences of `limit` items
+    assert vision.mm_profile_items(576, 4096, 256, 1, False) == (4096, 7)
+    assert vision.mm_profile_items(576, 4096, 2, 2, False) == (4096, 4)
 
 
 def test_largest_qwen_image_follows_max_pixels():
