@@ -18,6 +18,12 @@ performance predictor):
   :class:`VisionSpec`; ``layer_kinds`` holds one :data:`LayerKind` per layer.
 * :data:`SUPPORTED_MODEL_TYPES`.
 
+Vision-language wrappers (Qwen2-VL, Qwen2.5-VL, Qwen3-VL and its MoE, LLaVA-NeXT,
+InternVL ``internvl_chat``, Phi-3/3.5-vision, Gemma 3, Mistral 3) are read with
+their language model's family; their towers are counted in ``vision.py``.
+Llama-3.2-Vision (``mllama``) and the Transformers-native ``internvl`` layout fail
+closed, naming why.
+
 Stdlib only (imported by the MCP server at start-up).
 """
 

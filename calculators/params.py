@@ -17,6 +17,10 @@ module is split, not only on its size:
   (vLLM ``get_pp_indices``: the remainder goes to the stages before the last),
   the embedding to the first stage and ``lm_head`` + final norm to the last.
 
+* vision towers count as one tensor-parallel part (vLLM builds them from parallel
+  linears), their projector replicated or split as the family's ``VisionSpec``
+  says; towers read in ``vision.py`` bring their own count.
+
 Public API: :func:`count_parameters` -> :class:`ParamCounts`;
 :func:`weight_bytes` -> :class:`WeightBytes`; :func:`pp_layer_split`.
 Stdlib only.
