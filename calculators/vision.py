@@ -80,6 +80,8 @@ class TowerLayout:
     """Values per patch fed in (channels x temporal x patch x patch)."""
     patches_per_token: int
     """ViT patches merged into one language-model token (merge^2, or 1/downsample^2)."""
+    rotary: bool = False
+    """The tower's attention applies 2-D rotary embeddings (Qwen-VL), which copies q/k."""
 
 
 def _ln(h: int) -> int:
@@ -141,7 +143,7 @@ def qwen2_vl_layout(vc: Mapping[str, Any], text_hidden: int) -> TowerLayout:
     out = r.pos("hidden_size", text_hidden)
     tower = c * t * p * p * e + _vit_blocks(e, inter, depth, _ln(e), False)
     merger = _ln(e) + _linear(e * m * m, e * m * m) + _linear(e * m * m, out)
-    return TowerLayout(tower, merger, e, inter, depth, False, c * t * p * p, m * m)
+    return TowerLayout(tower, merger, e, inter, depth, False, c * t * p * p, m * m, rotary=True)
 
 
 def qwen2_5_vl_layout(vc: Mapping[str, Any], text_hidden: int) -> TowerLayout:
@@ -160,7 +162,7 @@ def qwen2_5_vl_layout(vc: Mapping[str, Any], text_hidden: int) -> TowerLayout:
     out = r.pos("out_hidden_size", text_hidden)
     tower = c * t * p * p * e + _vit_blocks(e, inter, depth, e, True)
     merger = e + _linear(e * m * m, e * m * m) + _linear(e * m * m, out)
-    return TowerLayout(tower, merger, e, inter, depth, True, c * t * p * p, m * m)
+    return TowerLayout(tower, merger, e, inter, depth, True, c * t * p * p, m * m, rotary=True)
 
 
 def qwen3_vl_layout(vc: Mapping[str, Any], text_hidden: int) -> TowerLayout:
@@ -189,7 +191,7 @@ def qwen3_vl_layout(vc: Mapping[str, Any], text_hidden: int) -> TowerLayout:
     mm = e * m * m
     merger = _ln(e) + _linear(mm, mm) + _linear(mm, out)
     merger += len(deepstack) * (_ln(mm) + _linear(mm, mm) + _linear(mm, out))
-    return TowerLayout(tower, merger, e, inter, depth, False, c * t * p * p, m * m)
+    return TowerLayout(tower, merger, e, inter, depth, False, c * t * p * p, m * m, rotary=True)
 
 
 def intern_vit_layout(vc: Mapping[str, Any], text_hidden: int, downsample: float) -> TowerLayout:
@@ -399,15 +401,24 @@ def encoder_peak_bytes(
 ) -> int:
     """Peak torch memory of one encoder forward over ``patches`` patches.
 
-    The widest moment of a pre-norm ViT layer: the residual stream and its normed
-    copy, plus either the attention's q/k/v and output (memory-efficient attention
-    keeps no score matrix) or the MLP's intermediate(s) and activation, the
-    linears' outputs split by tensor parallelism; with the input pixels (float32
-    from the processor, then cast to the model dtype) alive throughout. A model
-    of the shapes, not a measurement: no public log separates the encoder's peak."""
+    The widest moment of a pre-norm ViT layer (what lives then, read in vLLM's
+    vision modules), per patch in model-dtype values, with the input pixels
+    (float32 from the processor, then cast to the model dtype) alive throughout:
+
+    * MLP: the residual and its normed copy, the up (and gate) projections and
+      the activation (``2h + 2I``, gated ``2h + 3I``);
+    * attention without rotary (CLIP, SigLIP, InternViT): residual, q/k/v and the
+      output (``h + 4h``; memory-efficient attention keeps no score matrix);
+    * attention with 2-D rotary (Qwen2/2.5/3-VL, vllm/model_executor/models/
+      qwen2_5_vl.py ``Qwen2_5_VisionAttention.forward``): residual, the fused qkv
+      output (kept by its views), contiguous q/k/v copies, the concatenated q/k,
+      its rotated copy and the float32 temporaries of the rotation (``h + 14h``).
+
+    Outputs of column-parallel linears are split by tensor parallelism. A model of
+    the shapes, not a measurement: no public log separates the encoder's peak."""
     tp = tensor_parallel_size
     h, inter = layout.hidden_size, layout.intermediate_size
-    attention = 4 * h / tp
-    mlp = (3 if layout.gated_mlp else 2) * inter / tp
-    per_patch = (2 * h + max(attention, mlp)) * act_bytes + layout.patch_input_dim * (4 + act_bytes)
+    attention = h + (14 if layout.rotary else 4) * h / tp
+    mlp = 2 * h + (3 if layout.gated_mlp else 2) * inter / tp
+    per_patch = max(attention, mlp) * act_bytes + layout.patch_input_dim * (4 + act_bytes)
     return int(math.ceil(patches * per_patch))

@@ -248,12 +248,20 @@ def test_unknown_modality_is_refused(qwen25_vl_7b):
 
 
 def test_encoder_peak_counts_the_widest_layer_moment():
-    """Qwen2.5-VL's gated MLP is the widest moment: residual + norm (2 x 1280) and
-    gate/up + activation (3 x 3420) per patch at 2 bytes, plus the pixels
-    (1176 values, float32 and the bf16 copy)."""
+    """Qwen2.5-VL's widest moment is the rotary attention: residual (1280) plus
+    qkv, contiguous q/k/v, concatenated and rotated q/k and their float32
+    temporaries (14 x 1280) per patch at 2 bytes, plus the pixels (1176 values,
+    float32 and the bf16 copy). CLIP without rotary: its MLP (2 x 1024 + 2 x 4096)."""
     layout = vision.qwen2_5_vl_layout(config("Qwen/Qwen2.5-VL-7B-Instruct")["vision_config"], 3584)
-    per_patch = (2 * 1280 + 3 * 3420) * 2 + 1176 * 6
+    per_patch = 15 * 1280 * 2 + 1176 * 6
     assert vision.encoder_peak_bytes(layout, 65536, 2, 1) == 65536 * per_patch
+    # tensor parallelism splits the head-sharded parts only
+    assert vision.encoder_peak_bytes(layout, 65536, 2, 2) == 65536 * (
+        (1280 + 7 * 1280) * 2 + 1176 * 6
+    )
+    _, h, inter, depth = vision.clip_layout(vision.CLIP_VIT_L_336)
+    clip = vision.TowerLayout(0, 0, h, inter, depth, False, 3 * 14 * 14, 1)
+    assert vision.encoder_peak_bytes(clip, 577, 2, 1) == 577 * ((2 * 1024 + 2 * 4096) * 2 + 588 * 6)
 
 
 def test_gemma3_profiles_32_images_of_256_tokens():
