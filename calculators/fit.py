@@ -763,11 +763,9 @@ def _mm_limits(r: _Replica, rules: VllmRules) -> dict[str, int]:
     return limits
 
 
-def _mm_encoder_profile(r: _Replica, limits: _VllmLimits) -> tuple[int, int] | None:
-    """(encoder peak, encoder outputs) of vLLM's multimodal profiling, bytes per GPU,
-    or None for a text-only model or deployment. Says in the assumptions what it charged."""
-    from . import vision
-
+def _mm_profiled_limits(r: _Replica, limits: _VllmLimits) -> dict[str, int] | None:
+    """The limits vLLM profiles with, or None where no encoder profile is charged
+    (no tower, text-only serving, or a tower whose profiling is not modelled)."""
     v, notes, req = r.arch.vision, r.notes, r.req
     if v is None:
         if req.limit_mm_per_prompt or req.mm_processor_kwargs:
@@ -794,6 +792,19 @@ def _mm_encoder_profile(r: _Replica, limits: _VllmLimits) -> tuple[int, int] | N
             "video profiling (image=0 with video enabled) is not modelled; set video=0 as well "
             "for text-only serving, or leave images enabled",
         )
+    return mm_limits
+
+
+def _mm_encoder_profile(r: _Replica, limits: _VllmLimits) -> tuple[int, int] | None:
+    """(encoder peak, encoder outputs) of vLLM's multimodal profiling, bytes per GPU,
+    or None for a text-only model or deployment. Says in the assumptions what it charged."""
+    from . import vision
+
+    mm_limits = _mm_profiled_limits(r, limits)
+    if mm_limits is None:
+        return None
+    v, req = r.arch.vision, r.req
+    assert v is not None  # _mm_profiled_limits returns None without a tower
     tokens, patches, how = vision.max_image_shape(
         v.family, dict(v.image_facts), req.mm_processor_kwargs
     )
@@ -804,21 +815,27 @@ def _mm_encoder_profile(r: _Replica, limits: _VllmLimits) -> tuple[int, int] | N
         mm_limits["image"],
         limits.rules.v1,
     )
-    layout = v.layout
-    if layout is None:  # SigLIP/CLIP towers read by the generic path (Gemma 3, LLaVA)
-        layout = vision.TowerLayout(
-            0,
-            0,
-            v.hidden_size,
-            v.intermediate_size,
-            v.num_layers,
-            v.gated_mlp,
-            v.num_channels * v.patch_size**2,
-            1,
-        )
-    tp = req.tensor_parallel_size
-    peak = vision.encoder_peak_bytes(layout, items * patches, r.act_bytes, tp)
+    layout = v.layout or vision.TowerLayout(  # SigLIP/CLIP read by the generic path
+        0, 0, v.hidden_size, v.intermediate_size, v.num_layers, v.gated_mlp,
+        v.num_channels * v.patch_size**2, 1,
+    )  # fmt: skip
+    peak = vision.encoder_peak_bytes(layout, items * patches, r.act_bytes, req.tensor_parallel_size)
     outputs = int(items * tokens * r.arch.hidden_size * r.act_bytes)
+    _mm_notes(r, limits, mm_limits, (budget, items, tokens, patches, how), peak, outputs)
+    return peak, outputs
+
+
+def _mm_notes(
+    r: _Replica,
+    limits: _VllmLimits,
+    mm_limits: dict[str, int],
+    shape: tuple[int, int, int, int, str],
+    peak: int,
+    outputs: int,
+) -> None:
+    """What the encoder profile charged, in the assumptions and quantities."""
+    budget, items, tokens, patches, how = shape
+    notes = r.notes
     notes.assumptions.append(
         f"vision encoder profiling: encoder budget {budget:,} tokens = max(max_num_batched_tokens, "
         f"{tokens:,} tokens per image: {how}), {items} dummy image(s) of {patches:,} patches; "
@@ -826,7 +843,7 @@ def _mm_encoder_profile(r: _Replica, limits: _VllmLimits) -> tuple[int, int] | N
         f"{outputs / GiB:.2f} GiB of encoder outputs held through the text model's dummy run; "
         "lower it with limit_mm_per_prompt or mm_processor_kwargs, or image=0 video=0 for text-only"
     )
-    r.notes.quantities.append(
+    notes.quantities.append(
         Quantity(
             name="vision_encoder_profile_gib",
             provenance="assumed",
@@ -844,7 +861,6 @@ def _mm_encoder_profile(r: _Replica, limits: _VllmLimits) -> tuple[int, int] | N
             "vLLM profiles the modality with the most tokens per item; images are taken to be it "
             "(true at the default limits; with few images per prompt the video dummy can be larger)"
         )
-    return peak, outputs
 
 
 def _vllm_quantities(r: _Replica, limits: _VllmLimits, graphs_in_budget: bool) -> list[Quantity]:
