@@ -19,6 +19,12 @@ performance predictor):
   hybrid models); ``layer_kinds`` holds one :data:`LayerKind` per layer.
 * :data:`SUPPORTED_MODEL_TYPES`.
 
+Vision-language wrappers (Qwen2-VL, Qwen2.5-VL, Qwen3-VL and its MoE, LLaVA-NeXT,
+InternVL ``internvl_chat``, Phi-3/3.5-vision, Gemma 3, Mistral 3) are read with
+their language model's family; their towers are counted in ``vision.py``.
+Llama-3.2-Vision (``mllama``) and the Transformers-native ``internvl`` layout fail
+closed, naming why.
+
 Stdlib only (imported by the MCP server at start-up).
 """
 
@@ -29,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from . import vision
 from .errors import InputError
 from .files import loads_json
 
@@ -81,6 +88,14 @@ _FAMILIES: dict[str, str] = {
     "nemotron_h": "nemotron_h",
     "granitemoehybrid": "granite_hybrid",
     "qwen3_next": "qwen3_next",
+    # vision-language models: the language model's layout, plus a tower (vision.py)
+    "qwen2_vl": "llama",
+    "qwen2_5_vl": "llama",
+    "qwen3_vl": "llama",
+    "qwen3_vl_moe": "qwen_moe",
+    "llava_next": "llama",
+    "internvl_chat": "llama",
+    "phi3_v": "llama",
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
 _NOT_MODELLED: dict[str, str] = {
@@ -93,6 +108,25 @@ _NOT_MODELLED: dict[str, str] = {
     "mamba2": "pure state-space models are not modelled",
 }
 """Known families refused with the reason, rather than as an unknown model_type."""
+
+_REFUSED_VLMS: dict[str, str] = {
+    "mllama": (
+        "Llama-3.2-Vision ('mllama') is not supported: its cross-attention layers keep a KV "
+        "cache per image (the vision encoder's tokens, not the text tokens), which this fit "
+        "does not model"
+    ),
+    "internvl": (
+        "the Transformers-native InternVL layout ('internvl', vision tower 'internvl_vision') "
+        "is not modelled; the original OpenGVLab checkpoints ('internvl_chat') are"
+    ),
+}
+"""Vision-language layouts refused with the reason, rather than counted wrongly."""
+
+_VLM_TEXT_TYPES: dict[str, frozenset[str]] = {
+    "internvl_chat": frozenset({"internlm2", "qwen2", "llama", "phi3"}),
+    "llava_next": frozenset({"llama", "mistral", "qwen2"}),
+}
+"""Language models the wrappers are read with (others fail closed)."""
 
 # Vision towers whose parameter layout is a standard pre-norm ViT
 # (attention q/k/v/o with bias, two-matrix MLP, two norms per layer).
@@ -114,6 +148,7 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "head_dim": 256,
         "max_position_embeddings": 131072,
         "sliding_window": 4096,
+        "num_attention_heads": 8,
         "num_key_value_heads": 4,
     },
     "siglip_vision_model": {
@@ -220,6 +255,18 @@ class VisionSpec:
     gated_mlp: bool = False
     """Pixtral's vision MLP is gated (three matrices, no bias)."""
     position_embeddings: bool = True
+    family: str = ""
+    """Which processor sizes the images (``vision.max_image_shape``); empty where
+    vLLM's multimodal profiling is not modelled (Pixtral)."""
+    tower_params: int | None = None
+    """Tower parameters counted by the family's own layout (``vision.py``); None:
+    the generic SigLIP/CLIP/Pixtral formula in ``params``."""
+    projector_split: str = "rep"
+    """``tp`` where vLLM shards the projector (column/row-parallel linears)."""
+    layout: Any = None
+    """The family's ``vision.TowerLayout`` (shapes for the profiling run)."""
+    image_facts: tuple[tuple[str, Any], ...] = ()
+    """Processor facts from config.json the largest image depends on (hashable)."""
 
 
 @dataclass(frozen=True)
@@ -453,9 +500,19 @@ def _clip(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _text_key(config: Mapping[str, Any]) -> str | None:
+    """Where a multimodal config keeps its language model: ``text_config``, or
+    ``llm_config`` (InternVL); None when the text fields are at the top level."""
+    for key in ("text_config", "llm_config"):
+        if isinstance(config.get(key), dict):
+            return key
+    return None
+
+
 def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Multimodal configs keep the language model under ``text_config``."""
-    text = config.get("text_config")
+    """Multimodal configs keep the language model under ``text_config`` (or ``llm_config``)."""
+    key = _text_key(config)
+    text = config.get(key) if key else None
     if isinstance(text, dict):
         merged = dict(text)
         # Some checkpoints state these only at the top level.
@@ -511,6 +568,8 @@ def _gemma_layer_kinds(
 def _vision_spec(
     config: Mapping[str, Any], text_hidden: int, family_type: str
 ) -> VisionSpec | None:
+    if family_type in _VLM_LAYOUTS:
+        return _vlm_vision_spec(config, text_hidden, family_type)
     vc = config.get("vision_config")
     if not isinstance(vc, dict):
         return None
@@ -552,6 +611,7 @@ def _vision_spec(
     else:
         # LLaVA-style two-layer MLP projector with biases.
         projector = hidden * text_hidden + text_hidden + text_hidden * text_hidden + text_hidden
+    profiled = family_type if family_type in ("gemma3", "llava") else ""
     return VisionSpec(
         model_type=vtype,
         num_layers=r.pos("num_hidden_layers"),
@@ -564,6 +624,84 @@ def _vision_spec(
         projector_params=projector,
         gated_mlp=vtype == "pixtral",
         position_embeddings=vtype != "pixtral",
+        family=profiled,
+        image_facts=vision.image_facts(profiled, {**config, "vision_config": vc})
+        if profiled
+        else (),
+    )
+
+
+def _vlm_layout(config: Mapping[str, Any], text_hidden: int, model_type: str) -> Any:
+    """The tower layout of a family read in ``vision.py``."""
+    vc = config.get("vision_config")
+    if model_type == "phi3_v":
+        return vision.phi3_v_layout(config, text_hidden)
+    if not isinstance(vc, dict):
+        raise InputError("model", f"'{model_type}' config lacks 'vision_config'")
+    if model_type == "qwen2_vl":
+        return vision.qwen2_vl_layout(vc, text_hidden)
+    if model_type == "qwen2_5_vl":
+        return vision.qwen2_5_vl_layout(vc, text_hidden)
+    if model_type in ("qwen3_vl", "qwen3_vl_moe"):
+        return vision.qwen3_vl_layout(vc, text_hidden)
+    if model_type == "internvl_chat":
+        ratio = config.get("downsample_ratio", 0.5)
+        if not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+            raise InputError("model", "config field 'downsample_ratio' must be in (0, 1]")
+        return vision.intern_vit_layout(vc, text_hidden, float(ratio))
+    # llava_next: CLIP or SigLIP tower, LLaVA projector plus the image_newline vector
+    vtype = str(vc.get("model_type", "clip_vision_model"))
+    if vtype != "clip_vision_model":
+        raise InputError(
+            "model",
+            f"vision tower '{vtype}' of 'llava_next' is not supported (supported: clip_vision_model)",
+        )
+    tower, h, inter, depth = vision.clip_layout(_with_defaults(vc, vtype))
+    bias = bool(config.get("multimodal_projector_bias", True))
+    projector = h * text_hidden + text_hidden * text_hidden + (2 * text_hidden if bias else 0)
+    if config.get("use_image_newline_parameter", True):
+        projector += text_hidden
+    return vision.TowerLayout(tower, projector, h, inter, depth, False, 3 * 14 * 14, 1)
+
+
+_VLM_LAYOUTS = frozenset(
+    {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "llava_next", "internvl_chat", "phi3_v"}
+)
+
+
+def _vlm_notes(config: Mapping[str, Any], model_type: str) -> list[str]:
+    """What the tower count includes that vLLM may not load."""
+    layer = config.get("vision_feature_layer", -2 if model_type == "llava_next" else None)
+    if model_type == "phi3_v":
+        layer = (config.get("img_processor") or {}).get("layer_idx", -2)
+    if isinstance(layer, int) and layer < -1:
+        return [
+            f"vision tower counted whole (the checkpoint's layers); vLLM builds it only up to "
+            f"vision_feature_layer {layer}, so it loads {-layer - 1} tower layer(s) fewer than counted here"
+        ]
+    return []
+
+
+def _vlm_vision_spec(config: Mapping[str, Any], text_hidden: int, model_type: str) -> VisionSpec:
+    layout = _vlm_layout(config, text_hidden, model_type)
+    facts = vision.image_facts(model_type, config)
+    d = dict(facts)
+    return VisionSpec(
+        model_type=str((config.get("vision_config") or {}).get("model_type") or model_type),
+        num_layers=layout.num_layers,
+        hidden_size=layout.hidden_size,
+        intermediate_size=layout.intermediate_size,
+        num_attention_heads=1,
+        patch_size=int(d.get("patch_size", 14)),
+        image_size=int(d.get("image_size", 0)),
+        projector_params=layout.projector_params,
+        gated_mlp=layout.gated_mlp,
+        family=model_type,
+        tower_params=layout.tower_params,
+        # vLLM builds these projectors from column/row-parallel linears
+        projector_split="tp",
+        layout=layout,
+        image_facts=facts,
     )
 
 
@@ -594,6 +732,8 @@ class _Parsed:
     notes: list[str]
     vision: Any
     has_vision_config: bool = False
+    raw: Mapping[str, Any] = field(default_factory=dict)
+    """The whole config (wrapper fields such as vision_feature_layer)."""
 
 
 def from_config(
@@ -617,6 +757,8 @@ def from_config(
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise InputError("model", f"config lacks 'model_type'; {OVERRIDE_HINT}")
+    if model_type in _REFUSED_VLMS:
+        raise InputError("model", f"{_REFUSED_VLMS[model_type]}; {OVERRIDE_HINT}")
     family = _FAMILIES.get(model_type)
     if model_type in _NOT_MODELLED:
         raise InputError("model", f"architecture '{model_type}': {_NOT_MODELLED[model_type]}")
@@ -680,12 +822,17 @@ def _parse_common(
     """The language model's config (``text_config`` for multimodal ones) and the fields
     every family has: layers, widths, heads, vocabulary, context, dtype, quantization."""
     text = _text_config(cfg)
-    if isinstance(cfg.get("text_config"), dict):
+    text_key = _text_key(cfg)
+    if text_key:
         text.update({k: v for k, v in parsed.items() if k != "model_type"})
         if "model_type" not in text and model_type == "gemma3":
             text["model_type"] = "gemma3_text"
-    text = _with_defaults(text, str(text.get("model_type", model_type)))
-    where = "text_config." if isinstance(cfg.get("text_config"), dict) else ""
+    _check_vlm_text(model_type, text)
+    text_type = str(text.get("model_type", model_type))
+    if model_type in _VLM_LAYOUTS and text_type in _VLM_TEXT_DEFAULTS:
+        text = {**_VLM_TEXT_DEFAULTS[text_type], **{k: v for k, v in text.items() if v is not None}}
+    text = _with_defaults(text, text_type)
+    where = f"{text_key}." if text_key else ""
     r = _Reader(text, where)
     n = r.pos("num_hidden_layers")
     hidden = r.pos("hidden_size")
@@ -697,6 +844,9 @@ def _parse_common(
     dtype = (
         text.get("torch_dtype") or text.get("dtype") or cfg.get("torch_dtype") or cfg.get("dtype")
     )
+    if model_type in _VLM_LAYOUTS:
+        # the wrapper's dtype is the checkpoint's (re-saved text_configs may say float32)
+        dtype = cfg.get("torch_dtype") or cfg.get("dtype") or dtype
     # Falcon: vLLM ties lm_head to the embedding when the config says nothing
     # ("previous Falcon model doesn't have tie_word_embeddings config", falcon.py).
     tie = r.bool("tie_word_embeddings", family in ("gemma", "falcon"))
@@ -735,7 +885,43 @@ def _parse_common(
         notes=notes,
         vision=_vision_spec(cfg, hidden, model_type),
         has_vision_config=isinstance(cfg.get("vision_config"), dict),
+        raw=cfg,
     )
+
+
+_VLM_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mistral": {
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 4096 * 32,
+    },
+}
+"""MistralConfig defaults (transformers configuration_mistral.py) for the sparse
+``text_config`` of LLaVA-NeXT checkpoints (llava-hf/llava-v1.6-mistral-7b-hf states
+only what differs). Applied to vision-language wrappers only; ``sliding_window``
+is left out on purpose (vLLM reads the checkpoint's)."""
+
+
+def _check_vlm_text(model_type: str, text: Mapping[str, Any]) -> None:
+    """A wrapper's language model must be one this module reads with the wrapper's family."""
+    allowed = _VLM_TEXT_TYPES.get(model_type)
+    text_type = str(text.get("model_type", ""))
+    if allowed is not None and text_type not in allowed:
+        raise InputError(
+            "model",
+            f"'{model_type}' with a '{text_type or 'unknown'}' language model is not supported "
+            f"(supported: {', '.join(sorted(allowed))}); {OVERRIDE_HINT}",
+        )
+
+
+_QWEN2_TEXT = frozenset({"qwen2", "qwen2_vl", "qwen2_5_vl", "qwen2_vl_text", "qwen2_5_vl_text"})
+"""Qwen2-style language models: q/k/v biases, no o bias."""
+_QK_NORM_TEXT = frozenset({"qwen3", "qwen3_vl", "qwen3_vl_text"})
+_QK_NORM_MOE_TEXT = frozenset({"qwen3_moe", "qwen3_vl_moe", "qwen3_vl_moe_text"})
 
 
 # --------------------------------------------------------------------------- one reader per family
@@ -753,12 +939,12 @@ def _read_llama(p: _Parsed) -> ModelArchitecture:
             # Qwen2: layers from max_window_layers on use the window.
             start = r.int("max_window_layers", 0)
             kinds = tuple("sliding" if i >= start else "full" for i in range(n))
-        elif p.text_type in ("mistral", "phi3") and text.get("sliding_window"):
+        elif p.text_type in ("mistral", "phi3", "phi3_v") and text.get("sliding_window"):
             p.notes.append(
                 f"config sets sliding_window={text['sliding_window']} without layer_types; "
                 "modelled as full attention on every layer (vLLM V1 only honours per-layer windows)"
             )
-    qwen2 = p.text_type in ("qwen2",)
+    qwen2 = p.text_type in _QWEN2_TEXT
     bias = r.bool("attention_bias", qwen2) or r.bool("bias")
     return ModelArchitecture(
         **p.common,
@@ -768,9 +954,9 @@ def _read_llama(p: _Parsed) -> ModelArchitecture:
         attention_bias=bias,
         o_bias=bias and not qwen2,
         mlp_bias=r.bool("mlp_bias"),
-        qk_norm=p.text_type == "qwen3",
+        qk_norm=p.text_type in _QK_NORM_TEXT,
         vision=p.vision,
-        notes=tuple(p.notes),
+        notes=tuple(p.notes) + tuple(_vlm_notes(p.raw, p.common["model_type"])),
     )
 
 
@@ -827,7 +1013,8 @@ def _read_qwen_moe(p: _Parsed) -> ModelArchitecture:
         layer_kinds=("full",) * n,
         moe=moe,
         attention_bias=r.bool("attention_bias", qwen2) or qwen2,
-        qk_norm=p.text_type == "qwen3_moe",
+        qk_norm=p.text_type in _QK_NORM_MOE_TEXT,
+        vision=p.vision,
         notes=tuple(p.notes),
     )
 

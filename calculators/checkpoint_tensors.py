@@ -76,6 +76,11 @@ class TensorTable:
     def total_bytes(self) -> int:
         return sum(t.n_bytes for t in self.tensors)
 
+    def without_encoders(self) -> TensorTable:
+        """The language model's tensors only (a text-only serve of a multimodal model)."""
+        kept = tuple(t for t in self.tensors if not NOT_DECODER.search(t.name))
+        return TensorTable(kept, self.source)
+
     def parameters_by_dtype(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for t in self.tensors:

@@ -19,7 +19,7 @@ project modules only (the MCP server imports this at start-up).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -129,6 +129,18 @@ class FitRequest(Deployment):
         default=None,
         description="Hybrid Mamba/linear-attention models: vLLM --mamba-cache-mode (align: prefix "
         "caching, two state blocks per request). Default: the release's, none before 0.28, align from 0.28.",
+    )
+    limit_mm_per_prompt: dict[str, Annotated[int, Field(ge=0, le=1_000_000)]] | None = Field(
+        default=None,
+        description="Multimodal items per prompt by modality (vLLM --limit-mm-per-prompt), e.g. "
+        "image=0 video=0 to serve a vision-language model text-only, which skips the vision "
+        "encoder's start-up profiling. Default: vLLM's (V1: 999 per modality, V0: 1).",
+    )
+    mm_processor_kwargs: dict[str, int] = Field(
+        default_factory=dict,
+        description="Processor limits that size the largest image vLLM profiles (vLLM "
+        "--mm-processor-kwargs): max_pixels (Qwen2/2.5/3-VL), max_dynamic_patch (InternVL), "
+        "num_crops (Phi-3.5-vision).",
     )
     flashinfer_sampler: bool | None = Field(
         default=None,
@@ -587,10 +599,11 @@ def _weights(r: _Replica) -> WeightBytes:
     if req.engine == "vllm":
         alignment = ep.mxfp4_alignment(ep.vllm_rules(req.engine_version), r.gpu_id)
     tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
-    wb = weight_bytes(r.arch, scheme, r.act_bytes, tp, pp, mxfp4_alignment=alignment)
+    loaded = _loaded_architecture(r)
+    wb = weight_bytes(loaded, scheme, r.act_bytes, tp, pp, mxfp4_alignment=alignment)
     r.notes.assumptions += list(wb.notes)
     if _headers_apply(r):
-        return _measured_weights(r, wb)
+        return _measured_weights(r, wb, with_encoders=loaded.vision is not None)
     what = scheme.description if scheme.is_quantized else r.dtype_name
     r.notes.quantities.append(
         Quantity(
@@ -615,15 +628,18 @@ def _headers_apply(r: _Replica) -> bool:
     return r.scheme.method != "mxfp4" and stored not in ("float32", "float")
 
 
-def _measured_weights(r: _Replica, computed: WeightBytes) -> WeightBytes:
+def _measured_weights(r: _Replica, computed: WeightBytes, with_encoders: bool) -> WeightBytes:
     """Weights per GPU from the safetensors headers, sharded per tensor as vLLM does; the
-    config arithmetic is kept as the check beside it."""
+    config arithmetic is kept as the check beside it. ``with_encoders`` False: a text-only
+    deployment that builds no vision tower leaves its tensors unloaded."""
     from dataclasses import replace
 
     from .checkpoint_tensors import per_stage_bytes
 
     table = r.source.tensors
     assert table is not None
+    if not with_encoders:
+        table = table.without_encoders()
     tp, pp = r.req.tensor_parallel_size, r.req.pipeline_parallel_size
     stages = per_stage_bytes(table, r.arch, tp, pp)
     diff = (computed.total_bytes - table.total_bytes) / max(1, table.total_bytes)
@@ -649,6 +665,51 @@ def _measured_weights(r: _Replica, computed: WeightBytes) -> WeightBytes:
         per_gpu_bytes=max(stages),
         per_stage_bytes=stages,
     )
+
+
+LANGUAGE_ONLY_FROM = (0, 10, 1)
+"""vllm#22299 (merged 2025-08-06, in 0.10.1; #22224 did LLaVA first): with every
+modality's --limit-mm-per-prompt at 0 these models build no vision tower or
+projector ("implicit language-model-only mode"), so their weights are not loaded."""
+LANGUAGE_ONLY_FAMILIES = frozenset(
+    {"llava", "llava_next", "mistral3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"}
+)
+"""Model types whose vLLM classes guard the tower on get_limit_per_prompt (read in their
+vllm/model_executor/models/*.py); others load it whatever the limits."""
+
+
+def _loaded_architecture(r: _Replica) -> ModelArchitecture:
+    """The architecture whose weights vLLM loads: without the vision tower where a
+    text-only deployment skips it (vLLM only; SGLang loads the checkpoint)."""
+    import dataclasses
+
+    from . import engine_policy as ep
+    from . import vision
+
+    req, arch = r.req, r.arch
+    limits = req.limit_mm_per_prompt
+    if arch.vision is None or not limits:
+        return arch
+    if any(limits.get(m, 1) for m in vision.modalities(arch.vision.family or arch.model_type)):
+        return arch
+    if req.engine != "vllm":
+        return arch
+    version = ep.parse_version(req.engine_version or ep.VLLM_DEFAULT_VERSION)
+    if arch.model_type in LANGUAGE_ONLY_FAMILIES and version >= LANGUAGE_ONLY_FROM:
+        r.notes.assumptions.append(
+            "text-only: vLLM builds no vision tower or projector when every modality's limit is 0 "
+            f"(vllm#22299, 0.10.1+); their {r.counts.vision:,} parameters are not loaded"
+        )
+        return dataclasses.replace(arch, vision=None)
+    r.notes.assumptions.append(
+        "text-only, but the vision tower's weights are still loaded "
+        + (
+            f"(vLLM {'.'.join(map(str, version))} predates the language-model-only mode of 0.10.1)"
+            if arch.model_type in LANGUAGE_ONLY_FAMILIES
+            else f"(vLLM's '{arch.model_type}' class builds it whatever the limits)"
+        )
+    )
+    return arch
 
 
 def _check_against_checkpoint(r: _Replica) -> None:
@@ -858,6 +919,11 @@ def _vllm_memory(
         )
     charged = graphs if graphs_in_budget else 0
     acts = [act_last if s == pp - 1 else act_other for s in range(pp)]
+    encoder = _mm_encoder_profile(r, limits)
+    if encoder is not None:
+        # the tower runs on the first stage; its outputs stay cached through the text dummy run
+        peak, outputs = encoder
+        acts[0] = max(peak, acts[0] + outputs)
     avail = [
         int(usable - r.wb.per_stage_bytes[s] - acts[s] - non_torch - charged) for s in range(pp)
     ]
@@ -872,6 +938,126 @@ def _vllm_memory(
         avail = [available_override] * pp
     r.notes.quantities += _vllm_quantities(r, limits, graphs_in_budget)
     return _StageMemory(usable, avail, acts, non_torch, graphs, graphs_in_budget)
+
+
+def _mm_limits(r: _Replica, rules: VllmRules) -> dict[str, int]:
+    """Items per prompt by modality as vLLM resolves them (V1 default 999, V0 1)."""
+    from . import vision
+
+    default = 999 if rules.v1 else 1
+    given = r.req.limit_mm_per_prompt or {}
+    v = r.arch.vision
+    known = vision.modalities(v.family or r.arch.model_type) if v else ("image", "video")
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise InputError(
+            "limit_mm_per_prompt",
+            f"modality {', '.join(unknown)} is not modelled",
+            accepted=", ".join(known),
+        )
+    limits = {m: given.get(m, default) for m in known}
+    limits.setdefault("video", 0)
+    return limits
+
+
+def _mm_profiled_limits(r: _Replica, limits: _VllmLimits) -> dict[str, int] | None:
+    """The limits vLLM profiles with, or None where no encoder profile is charged
+    (no tower, text-only serving, or a tower whose profiling is not modelled)."""
+    v, notes, req = r.arch.vision, r.notes, r.req
+    if v is None:
+        if req.limit_mm_per_prompt or req.mm_processor_kwargs:
+            notes.warnings.append(
+                "limit_mm_per_prompt / mm_processor_kwargs ignored: the model has no vision tower"
+            )
+        return None
+    mm_limits = _mm_limits(r, limits.rules)
+    if mm_limits["image"] == 0 and mm_limits["video"] == 0:
+        notes.assumptions.append(
+            "text-only serving (every modality's limit_mm_per_prompt 0): vLLM skips the vision "
+            "encoder's profiling and the encoder cache"
+        )
+        return None
+    if not v.family:
+        notes.warnings.append(
+            f"vLLM profiles the '{v.model_type}' vision encoder at start-up; that peak is not "
+            'modelled here (pass limit_mm_per_prompt {"image": 0, "video": 0} for text-only serving)'
+        )
+        return None
+    if mm_limits["image"] == 0:
+        raise InputError(
+            "limit_mm_per_prompt",
+            "video profiling (image=0 with video enabled) is not modelled; set video=0 as well "
+            "for text-only serving, or leave images enabled",
+        )
+    return mm_limits
+
+
+def _mm_encoder_profile(r: _Replica, limits: _VllmLimits) -> tuple[int, int] | None:
+    """(encoder peak, encoder outputs) of vLLM's multimodal profiling, bytes per GPU,
+    or None for a text-only model or deployment. Says in the assumptions what it charged."""
+    from . import vision
+
+    mm_limits = _mm_profiled_limits(r, limits)
+    if mm_limits is None:
+        return None
+    v, req = r.arch.vision, r.req
+    assert v is not None  # _mm_profiled_limits returns None without a tower
+    tokens, patches, how = vision.max_image_shape(
+        v.family, dict(v.image_facts), req.mm_processor_kwargs
+    )
+    budget, items = vision.mm_profile_items(
+        tokens,
+        limits.max_num_batched_tokens,
+        limits.max_num_seqs,
+        mm_limits["image"],
+        limits.rules.v1,
+    )
+    layout = v.layout or vision.TowerLayout(  # SigLIP/CLIP read by the generic path
+        0, 0, v.hidden_size, v.intermediate_size, v.num_layers, v.gated_mlp,
+        v.num_channels * v.patch_size**2, 1,
+    )  # fmt: skip
+    peak = vision.encoder_peak_bytes(layout, items * patches, r.act_bytes, req.tensor_parallel_size)
+    outputs = int(items * tokens * r.arch.hidden_size * r.act_bytes)
+    _mm_notes(r, limits, mm_limits, (budget, items, tokens, patches, how), peak, outputs)
+    return peak, outputs
+
+
+def _mm_notes(
+    r: _Replica,
+    limits: _VllmLimits,
+    mm_limits: dict[str, int],
+    shape: tuple[int, int, int, int, str],
+    peak: int,
+    outputs: int,
+) -> None:
+    """What the encoder profile charged, in the assumptions and quantities."""
+    budget, items, tokens, patches, how = shape
+    notes = r.notes
+    notes.assumptions.append(
+        f"vision encoder profiling: encoder budget {budget:,} tokens = max(max_num_batched_tokens, "
+        f"{tokens:,} tokens per image: {how}), {items} dummy image(s) of {patches:,} patches; "
+        f"modelled encoder peak {peak / GiB:.2f} GiB (a shape model, no log separates it) and "
+        f"{outputs / GiB:.2f} GiB of encoder outputs held through the text model's dummy run; "
+        "lower it with limit_mm_per_prompt or mm_processor_kwargs, or image=0 video=0 for text-only"
+    )
+    notes.quantities.append(
+        Quantity(
+            name="vision_encoder_profile_gib",
+            provenance="assumed",
+            detail=f"{max(peak, outputs) / GiB:.2f} GiB peak of the vision encoder's profiling run "
+            "(vllm/v1/worker/gpu_model_runner.py profile_run, encoder_cache_manager.py compute_encoder_budget)",
+        )
+    )
+    if mm_limits["video"] > 0 and not limits.rules.v1:
+        notes.warnings.append(
+            "vLLM V0 also encodes a dummy video in each profiling sequence; it is not modelled, "
+            "so the profiled peak is underestimated (set video=0 to match)"
+        )
+    elif mm_limits["video"] > 0:
+        notes.assumptions.append(
+            "vLLM profiles the modality with the most tokens per item; images are taken to be it "
+            "(true at the default limits; with few images per prompt the video dummy can be larger)"
+        )
 
 
 def _vllm_quantities(r: _Replica, limits: _VllmLimits, graphs_in_budget: bool) -> list[Quantity]:

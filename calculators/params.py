@@ -17,6 +17,10 @@ module is split, not only on its size:
   (vLLM ``get_pp_indices``: the remainder goes to the stages before the last),
   the embedding to the first stage and ``lm_head`` + final norm to the last.
 
+* vision towers count as one tensor-parallel part (vLLM builds them from parallel
+  linears), their projector replicated or split as the family's ``VisionSpec``
+  says; towers read in ``vision.py`` bring their own count.
+
 Public API: :func:`count_parameters` -> :class:`ParamCounts`;
 :func:`weight_bytes` -> :class:`WeightBytes`; :func:`pp_layer_split`.
 Stdlib only.
@@ -131,6 +135,11 @@ def _vision_parts(arch: ModelArchitecture) -> list[_Part]:
     v = arch.vision
     if v is None:
         return []
+    if v.tower_params is not None:  # counted by the family's own layout (vision.py)
+        return [
+            _Part("vision", v.tower_params, "tp", "vision_tower", False),
+            _Part("vision", v.projector_params, v.projector_split, "multi_modal_projector", False),
+        ]
     h, i = v.hidden_size, v.intermediate_size
     patches = (v.image_size // v.patch_size) ** 2
     if v.gated_mlp:  # Pixtral: no biases, RMSNorm, gated MLP, RoPE

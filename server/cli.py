@@ -85,13 +85,30 @@ def _unwrap_optional(annotation: Any) -> Any:
 
 
 def _kv_pairs(values: list[str], field: str) -> dict[str, str]:
+    """KEY=VALUE flags, repeated or comma-separated, or a JSON object as vLLM takes it
+    (``--limit-mm-per-prompt '{"image": 0}'``); values stay text for the model to type."""
     out: dict[str, str] = {}
     for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InputError(field, f"expected key=value, got {item!r}")
-        out[key.strip()] = value.strip()
+        if item.lstrip().startswith("{"):
+            out.update(_json_pairs(item, field))
+            continue
+        for part in item.split(",") if "{" not in item and "[" not in item else [item]:
+            key, sep, value = part.partition("=")
+            if not sep or not key.strip():
+                raise InputError(field, f"expected key=value, got {part!r}")
+            out[key.strip()] = value.strip()
     return out
+
+
+def _json_pairs(text: str, field: str) -> dict[str, str]:
+    import json
+
+    from inferwise.calculators.files import loads_json
+
+    data = loads_json(text, field)
+    if not isinstance(data, dict):
+        raise InputError(field, "expected a JSON object of key: value pairs")
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in data.items()}
 
 
 def _is_structured(annotation: Any) -> bool:

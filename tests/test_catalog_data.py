@@ -79,8 +79,8 @@ def test_gpu_dense_rates_are_ordered(gpu) -> None:
 
 
 def _text(config: dict) -> dict:
-    """Multimodal configs keep the language model under ``text_config``."""
-    return config.get("text_config", config)
+    """Multimodal configs keep the language model under ``text_config`` (InternVL: ``llm_config``)."""
+    return config.get("text_config", config.get("llm_config", config))
 
 
 def test_catalog_has_the_models_the_issue_names() -> None:
@@ -118,8 +118,23 @@ def test_model_config_has_what_calculators_read(model) -> None:
         for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
             assert isinstance(text.get(key), int) and text[key] > 0, key
     else:
-        assert isinstance(text.get("hidden_size"), int)
-        assert isinstance(text.get("num_hidden_layers"), int)
+        from inferwise.calculators.architecture import SUPPORTED_MODEL_TYPES, from_config
+
+        if config["model_type"] == "llama4":
+            # the vision tower is not modelled: refused, naming the text-only override
+            from inferwise.calculators.errors import InputError
+
+            with pytest.raises(InputError, match="model_type=llama4_text"):
+                from_config(config)
+            arch = from_config(config, {"model_type": "llama4_text"})
+            assert arch.hidden_size > 0 and arch.num_layers > 0
+        elif config["model_type"] in SUPPORTED_MODEL_TYPES:
+            # sparse text configs (Gemma 3, LLaVA-NeXT) are completed from class defaults
+            arch = from_config(config)
+            assert arch.hidden_size > 0 and arch.num_layers > 0
+        else:
+            assert isinstance(text.get("hidden_size"), int)
+            assert isinstance(text.get("num_hidden_layers"), int)
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.hf_id)

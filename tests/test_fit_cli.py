@@ -289,3 +289,31 @@ def test_sglang_engine(capsys):
     d = json.loads(out)
     assert d["engine"] == "sglang" and d["block_size"] == 1
     assert any("mem_fraction_static" in a for a in d["assumptions"])
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--limit-mm-per-prompt", '{"image": 0, "video": 0}'],  # vLLM's JSON form
+        ["--limit-mm-per-prompt", "image=0,video=0"],
+        ["--limit-mm-per-prompt", "image=0", "--limit-mm-per-prompt", "video=0"],
+    ],
+)
+def test_limit_mm_per_prompt_takes_vllms_spellings(capsys, flags):
+    """Text-only Qwen2.5-VL: no encoder profiling, and on 0.10.1+ no tower weights."""
+    base = [
+        "fit",
+        "--model",
+        "Qwen/Qwen2.5-VL-7B-Instruct",
+        "--gpu",
+        "l4",
+        "--max-model-len",
+        "16384",
+        "--json",
+    ]
+    assert main(base) == 0
+    with_images = json.loads(capsys.readouterr().out)
+    assert main(base + flags) == 0
+    text_only = json.loads(capsys.readouterr().out)
+    assert text_only["per_gpu"]["weights_gib"] < with_images["per_gpu"]["weights_gib"] - 1.2
+    assert text_only["kv_cache_tokens"] > with_images["kv_cache_tokens"]
