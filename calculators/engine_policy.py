@@ -40,9 +40,14 @@ GiB = 1 << 30
 
 # --------------------------------------------------------------------------- versions
 
-VLLM_DEFAULT_VERSION = "0.27.1"
-"""The newest vLLM release whose start-up logs the rules were checked against
-(gpustack/runner#251 shows 0.27.1 logs)."""
+VLLM_DEFAULT_VERSION = "0.33.0"
+"""The newest vLLM release (PyPI, November 2026) whose sources the rules were
+checked against: every rule below that changes from 0.28 on was read in the
+released wheels of 0.27.1 to 0.33.0 (vllm/v1/worker/gpu_worker.py
+``determine_available_memory``, vllm/v1/worker/gpu/model_runner.py,
+vllm/engine/arg_utils.py ``get_batch_defaults``, vllm/config/vllm.py
+``use_v2_model_runner``, vllm/v1/core/kv_cache_utils.py); the newest release
+with public start-up logs in tests/data/vllm_logs.toml is 0.29.0."""
 
 VLLM_KNOWN_VERSIONS = (
     "0.6.0",
@@ -58,13 +63,19 @@ VLLM_KNOWN_VERSIONS = (
     "0.24.0",
     "0.25.0",
     "0.27.1",
+    "0.28.0",
     "0.29.0",
+    "0.33.0",
 )
 """Releases where a rule below changes (and the default). A version between
 two of them uses the older one's rules; beyond the newest, the newest."""
 
-SGLANG_DEFAULT_VERSION = "0.5.0"
-SGLANG_KNOWN_VERSIONS = ("0.4.0", "0.5.0")
+SGLANG_DEFAULT_VERSION = "0.5.23"
+"""The newest SGLang release on PyPI (October 2026); its wheel's
+python/sglang/srt/arg_groups/memory_hook.py was read for the rules below."""
+SGLANG_KNOWN_VERSIONS = ("0.4.0", "0.4.10", "0.5.3", "0.5.5", "0.5.10", "0.5.20", "0.5.23")
+"""Releases where an SGLang rule below changes (see :func:`sglang_rules`),
+each read in that release's wheel; a version between two uses the older."""
 
 
 @lru_cache(maxsize=256)
@@ -141,6 +152,31 @@ class VllmRules:
     prefix cache for hybrid model by default and change the default mode to align";
     in 0.28.0 per vllm-project/vllm-metal#645). Before, it was opt-in and a request
     held one state block per Mamba group (mode "none")."""
+    batch_tier_160gib: bool = False
+    """0.28+: ``EngineArgs.get_batch_defaults`` (vllm/engine/arg_utils.py)
+    gives GPUs with >= 160 GiB (B200/B300, MI300X) 16384 batched tokens for
+    ``vllm serve`` (before: 8192, like H100). Read in the 0.27.1 and 0.28.0
+    wheels; ROCm/MAD#235 (2026-08-26: "VLLM now defaults to 16384") saw it."""
+    gb10_small_tier: bool = False
+    """0.33+: GB10 (DGX Spark, compute capability 12.1) stays on the 2048 /
+    256 tier despite its memory (``is_gb10`` in ``get_batch_defaults``, new in
+    the 0.33.0 wheel)."""
+    mrv2_profiles_sampling_params: bool = False
+    """0.33+: MRV2's ``_dummy_sampler_run`` (vllm/v1/worker/gpu/model_runner.py)
+    samples the dummy batch a second time with
+    ``SamplingParams.for_sampler_warmup()`` (top-k 50, top-p 0.9, min-p,
+    penalties, logit bias, 5 logprobs): "warmup_kernels ... pays for the fp32
+    logits pipeline, so the profiled peak must too". 0.29-0.32 ran only the
+    default pass (logits in the model dtype, vllm#57926). The fp32 pipeline
+    then costs what V1's sampler does (SAMPLER_BYTES_PER_LOGIT "v1_019" with
+    PyTorch's top-k/top-p, "flashinfer" when ``flashinfer_sampler_supported()``),
+    assumed from the code: no 0.33 start-up log was found to calibrate it."""
+    mrv2_listed_moe: bool = False
+    """0.27.1-0.28: besides dense models, MRV2 is the default for the MoE
+    architectures in ``DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES``
+    (vllm/config/vllm.py: DeepseekV2, GraniteMoe, Qwen2Moe, Inkling,
+    KimiK3, LongcatFlashNgram; 0.28 adds DeepseekV4), read in both wheels;
+    hybrid (Mamba) models not listed stay on MRV1. 0.25-0.27.0 not read."""
     notes: tuple[str, ...] = field(default=())
 
 
@@ -183,6 +219,10 @@ def _vllm_rules(version: str | None) -> VllmRules:
         mrv2_default=_mrv2_default(v),
         mrv2_profiles_cuda_graphs=v >= (0, 29, 0),
         hybrid_prefix_caching_default=v >= (0, 28, 0),
+        batch_tier_160gib=v >= (0, 28, 0),
+        gb10_small_tier=v >= (0, 33, 0),
+        mrv2_profiles_sampling_params=v >= (0, 33, 0),
+        mrv2_listed_moe=(0, 27, 1) <= v < (0, 29, 0),
         sampler_bytes_per_logit=SAMPLER_BYTES_PER_LOGIT[_sampler_era(v)],
         notes=tuple(notes),
     )
@@ -199,6 +239,21 @@ def _mrv2_default(v: tuple[int, int, int]) -> str:
         return "qwen3"
     return "none"
 
+
+MRV2_LISTED_MOE_ARCHITECTURES = frozenset(
+    {
+        "DeepseekV2ForCausalLM",
+        "DeepseekV4ForCausalLM",
+        "GraniteMoeForCausalLM",
+        "InklingForCausalLM",
+        "InklingForConditionalGeneration",
+        "KimiK3ForConditionalGeneration",
+        "LongcatFlashNgramForCausalLM",
+        "Qwen2MoeForCausalLM",
+    }
+)
+"""``DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES`` of vllm/config/vllm.py in 0.28.0
+(0.27.1: the same without DeepseekV4ForCausalLM)."""
 
 _MRV2_ARCHITECTURES = {
     "qwen3": frozenset({"Qwen3ForCausalLM"}),
@@ -220,18 +275,26 @@ def vllm_uses_mrv2(rules: VllmRules, arch: ModelArchitecture, quantized: bool) -
     Not settled by the sources read: later 0.23/0.24 allow-lists also name
     Qwen2MoeForCausalLM, DeepseekV2ForCausalLM and GraniteMoeForCausalLM
     (vllm#42667) next to an ``is_moe`` exclusion; MoE models are taken to
-    stay on MRV1 until 0.29.
+    stay on MRV1 until 0.29, except, in 0.27.1-0.28 (read in those wheels),
+    the architectures of ``MRV2_LISTED_MOE_ARCHITECTURES``.
     """
     kind = rules.mrv2_default
     if kind == "all":
         return True
     dense = arch.moe is None
     if kind == "dense":
-        return dense
+        return dense or (rules.mrv2_listed_moe and _listed_moe(rules, arch))
     allowed = _MRV2_ARCHITECTURES.get(kind)
     if allowed is None or not dense or quantized:
         return False
     return any(a in allowed for a in arch.architectures)
+
+
+def _listed_moe(rules: VllmRules, arch: ModelArchitecture) -> bool:
+    listed = MRV2_LISTED_MOE_ARCHITECTURES
+    if parse_version(rules.rules_from) < (0, 28, 0):
+        listed = listed - {"DeepseekV4ForCausalLM"}
+    return any(a in listed for a in arch.architectures)
 
 
 # --------------------------------------------------------------------------- defaults
@@ -264,6 +327,9 @@ def vllm_default_batching(
     OPENAI_API_SERVER): GPUs with >= 70 GiB that are not A100: 8192 tokens,
     1024 sequences; others 2048 / 256. 0.8.x: 2048 / 256. V0: chunked prefill
     off up to 32K context, so a step holds a whole max_model_len prompt.
+    From 0.28 (``get_batch_defaults``): >= 160 GiB, 16384 / 1024; from 0.33
+    GB10 keeps 2048 / 256 (``VllmRules.batch_tier_160gib``, ``gb10_small_tier``).
+    The memory is torch's total, as ``current_platform.get_device_total_memory``.
     """
     if not rules.v1:
         if max_model_len > 32768:
@@ -279,7 +345,21 @@ def vllm_default_batching(
         )
     if parse_version(rules.rules_from) < (0, 9, 0):
         return 2048, 256, "vLLM 0.8 serve defaults: 2048 batched tokens, 256 sequences"
-    big = gpu_total_gib >= 70 and not (gpu_id or "").lower().startswith("a100")
+    gid = (gpu_id or "").lower()
+    if rules.gb10_small_tier and gid.startswith("gb10") and not gid.startswith("gb100"):
+        return (
+            2048,
+            256,
+            "vLLM serve default for GB10 (0.33+ keeps it on the small tier): 2048 batched "
+            "tokens, 256 sequences",
+        )
+    if rules.batch_tier_160gib and gpu_total_gib >= 160:
+        return (
+            16384,
+            1024,
+            "vLLM serve default for >= 160 GiB GPUs (0.28+): 16384 batched tokens, 1024 sequences",
+        )
+    big = gpu_total_gib >= 70 and not gid.startswith("a100")
     if big:
         return (
             8192,
@@ -880,7 +960,8 @@ def max_concurrency_at(
 
 def sglang_default_mem_fraction(tensor_parallel_size: int) -> float:
     """SGLang's ``mem_fraction_static`` default by TP size
-    (python/sglang/srt/server_args.py, 0.4.x ``__post_init__``)."""
+    (python/sglang/srt/server_args.py, 0.4.x ``__post_init__``, before the
+    GPU-memory rule that the 0.4.10 wheel has; see :func:`sglang_defaults`)."""
     tp = tensor_parallel_size
     if tp >= 16:
         return 0.79
@@ -891,6 +972,173 @@ def sglang_default_mem_fraction(tensor_parallel_size: int) -> float:
     if tp >= 2:
         return 0.87
     return 0.88
+
+
+@dataclass(frozen=True)
+class SglangRules:
+    """The defaults of one SGLang release range (see :func:`sglang_rules`)."""
+
+    version: str
+    rules_from: str
+    era: str
+    """"tp" (before 0.4.10): mem_fraction_static by TP size only;
+    "tiered" (0.4.10-0.5.2): a reserve per GPU-memory tier; "formula" (0.5.3+):
+    the reserve computed from chunked_prefill_size and cuda_graph_max_bs."""
+    small_gpu_max_bs: int = 16
+    """cuda_graph_max_bs for 20-35 GiB GPUs at TP < 4: 16 in 0.5.3, 24 from
+    0.5.5, 48 from 0.5.20 (160 at TP >= 4; 80 before 0.5.20)."""
+    small_gpu_max_bs_tp4: int = 80
+    """The same at TP >= 4: 80, 160 from 0.5.20."""
+    small_gpu_chunk_tokens: int = 2048
+    """chunked_prefill_size for 20-35 GiB GPUs: 2048, 4096 from 0.5.20."""
+    prefill_graphs_reserved: bool = False
+    """0.5.10+: piecewise (prefill) CUDA graphs are on by default
+    (``disable_piecewise_cuda_graph = False``; 0.5.8 had
+    ``enable_piecewise_cuda_graph = False``) and the reserve adds 8 MiB per
+    captured token size (non-torch memory only), 1.5 GiB for MLA models."""
+    notes: tuple[str, ...] = field(default=())
+
+
+@lru_cache(maxsize=64)
+def sglang_rules(version: str | None) -> SglangRules:
+    """SGLang's memory defaults per release, each read in that release's wheel:
+    python/sglang/srt/server_args.py ``__post_init__`` (0.4.10, 0.5.1),
+    ``_handle_gpu_memory_settings`` (0.5.3-0.5.13) and
+    python/sglang/srt/arg_groups/memory_hook.py ``handle_gpu_memory_settings``
+    (0.5.16-0.5.23). Releases not read (0.4.1-0.4.9, 0.5.2, 0.5.4, 0.5.6-0.5.9,
+    0.5.11-0.5.12, 0.5.14-0.5.15, 0.5.17-0.5.19) take the older rules, said
+    in the notes."""
+    requested = version or SGLANG_DEFAULT_VERSION
+    v = parse_version(requested)
+    base = _nearest_known(v, SGLANG_KNOWN_VERSIONS)
+    notes: list[str] = []
+    if version is not None and requested.lstrip("v") not in SGLANG_KNOWN_VERSIONS:
+        notes.append(f"no SGLang rules recorded for {requested} exactly; used those of {base}")
+    if v < (0, 4, 10):
+        era = "tp"
+    elif v < (0, 5, 3):
+        era = "tiered"
+    else:
+        era = "formula"
+    small_bs = 48 if v >= (0, 5, 20) else (24 if v >= (0, 5, 5) else 16)
+    return SglangRules(
+        version=requested,
+        rules_from=base,
+        era=era,
+        small_gpu_max_bs=small_bs,
+        small_gpu_max_bs_tp4=160 if v >= (0, 5, 20) else 80,
+        small_gpu_chunk_tokens=4096 if v >= (0, 5, 20) else 2048,
+        prefill_graphs_reserved=v >= (0, 5, 10),
+        notes=tuple(notes),
+    )
+
+
+@dataclass(frozen=True)
+class SglangDefaults:
+    mem_fraction_static: float
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int | None
+    """None where the release leaves it to the CUDA-graph runner (not read)."""
+    reserved_mib: float | None
+    why: str
+
+
+def _sglang_tier(rules: SglangRules, gpu_mib: float, tp: int) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) by GPU memory (0.5.3+ tiers)."""
+    if gpu_mib < 20 * 1024:  # T4, RTX 4080
+        return 2048, 8
+    if gpu_mib < 35 * 1024:  # A10, RTX 4090/5090
+        max_bs = rules.small_gpu_max_bs if tp < 4 else rules.small_gpu_max_bs_tp4
+        return rules.small_gpu_chunk_tokens, max_bs
+    if gpu_mib < 60 * 1024:  # A100 40GB, L40(S)
+        return 4096, 32 if tp < 4 else 160
+    if gpu_mib < 160 * 1024:  # H100, A100 80GB, H20, H200
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512  # B200, MI300X
+
+
+def prefill_graph_token_sizes(max_tokens: int) -> list[int]:
+    """Token counts SGLang captures prefill (piecewise) CUDA graphs for, up to
+    ``max_tokens`` (``_generate_piecewise_cuda_graph_tokens`` 0.5.10,
+    ``generate_prefill_cuda_graph_batch_sizes`` 0.5.16+: the same steps)."""
+    steps = (
+        list(range(4, 33, 4))
+        + list(range(48, 257, 16))
+        + list(range(288, 513, 32))
+        + list(range(576, 1025, 64))
+        + list(range(1280, 4097, 256))
+        + list(range(4608, max_tokens + 1, 512))
+    )
+    return [t for t in steps if t <= max_tokens]
+
+
+def sglang_defaults(
+    rules: SglangRules,
+    gpu_mib: float,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    mla: bool,
+) -> SglangDefaults:
+    """``mem_fraction_static``, ``chunked_prefill_size`` and ``cuda_graph_max_bs``
+    as ``launch_server`` sets them when the user gives none (no speculative
+    decoding, no DP attention, text-only model). ``gpu_mib`` is
+    ``get_device_memory_capacity``: the device's total memory in MiB."""
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    if rules.era == "tp":
+        mfs = sglang_default_mem_fraction(tp)
+        return SglangDefaults(
+            mfs,
+            8192,
+            None,
+            None,
+            f"SGLang {rules.rules_from} rule: mem_fraction_static {mfs} for tp={tp}",
+        )
+    if rules.era == "tiered":
+        return _sglang_tiered(gpu_mib, tp, pp)
+    chunk, max_bs = _sglang_tier(rules, gpu_mib, tp)
+    reserved = 512 + max(chunk, 2048) * 1.5 + max_bs * 2 + tp * pp / 8 * 1024
+    graphs = ""
+    if rules.prefill_graphs_reserved:
+        if mla:
+            reserved += 1.5 * 1024
+            graphs = " + 1.5 GiB for MLA prefill CUDA graphs"
+        else:
+            n = len(prefill_graph_token_sizes(chunk))
+            reserved += n * 8
+            graphs = f" + {n} prefill CUDA-graph sizes x 8 MiB"
+    floor = ""
+    if gpu_mib > 60 * 1024 and reserved < 10 * 1024:
+        reserved, floor = 10 * 1024, ", raised to the 10 GiB floor above 60 GiB"
+    mfs = round((gpu_mib - reserved) / gpu_mib, 3)
+    why = (
+        f"SGLang {rules.rules_from} defaults for a {gpu_mib / 1024:.0f} GiB GPU: chunked_prefill_size "
+        f"{chunk}, cuda_graph_max_bs {max_bs}; mem_fraction_static = 1 - reserve/memory = {mfs} "
+        f"(reserve 512 MiB + 1.5 x {max(chunk, 2048)} + 2 x {max_bs} + {tp * pp}/8 GiB{graphs}{floor}: "
+        f"{reserved / 1024:.2f} GiB)"
+    )
+    return SglangDefaults(mfs, chunk, max_bs, reserved, why)
+
+
+def _sglang_tiered(gpu_mib: float, tp: int, pp: int) -> SglangDefaults:
+    """0.4.10-0.5.2: a fixed reserve per memory tier (server_args.py
+    ``__post_init__``, read in the 0.4.10 and 0.5.1 wheels)."""
+    p = tp * pp
+    if gpu_mib < 35 * 1024:
+        reserved_gib = 2.8 + p / 10
+    elif gpu_mib < 90 * 1024:
+        reserved_gib = 9.5 + p / 2
+    elif gpu_mib < 160 * 1024:
+        reserved_gib = 12 + p / 2
+    else:
+        reserved_gib = 32.0
+    chunk = 2048 if gpu_mib < 35 * 1024 else (8192 if gpu_mib < 160 * 1024 else 16384)
+    max_bs = (8 if tp < 4 else 80) if gpu_mib < 35 * 1024 else None
+    mfs = round((gpu_mib - reserved_gib * 1024) / gpu_mib, 3)
+    why = (
+        f"SGLang 0.4.10-0.5.2 defaults for a {gpu_mib / 1024:.0f} GiB GPU: reserve "
+        f"{reserved_gib:g} GiB at tp x pp = {p}, mem_fraction_static {mfs}, chunked_prefill_size {chunk}"
+    )
+    return SglangDefaults(mfs, chunk, max_bs, reserved_gib * 1024, why)
 
 
 SGLANG_CONTEXT_OVERHEAD_GIB = 0.6

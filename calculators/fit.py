@@ -276,6 +276,21 @@ class FitResult(BaseModel):
         "does (vLLM's 'estimated maximum model length'); null otherwise.",
     )
     answer: QuestionAnswer | None = None
+    kv_cache_tokens_range: tuple[int, int] | None = Field(
+        default=None,
+        description="(low, high) KV-cache tokens across an install fact the request leaves "
+        "unsaid (see range_because); kv_cache_tokens is the low end. Null when nothing open.",
+    )
+    max_concurrency_range: tuple[float, float] | None = Field(
+        default=None, description="Maximum concurrency at the two ends of kv_cache_tokens_range."
+    )
+    kv_cache_gib_range: tuple[float, float] | None = Field(
+        default=None,
+        description="KV-cache memory per GPU (GiB) at the two ends of kv_cache_tokens_range.",
+    )
+    range_because: str | None = Field(
+        default=None, description="Which install fact the range spans, low end first."
+    )
     quantities: list[Quantity] = Field(
         description="Which figures are measured, computed or assumed."
     )
@@ -422,6 +437,9 @@ class _StageMemory:
     non_torch: int
     graphs: int
     graphs_in_budget: bool
+    avail_flashinfer: list[int] | None = None
+    """The same with FlashInfer's sampler, where the request leaves the
+    sampler unsaid and the release profiles one (the other end of the range)."""
 
 
 def _estimate(
@@ -779,6 +797,7 @@ def _vllm(r: _Replica, available_override: int | list[int] | None) -> FitResult:
     worst = min(range(pp), key=lambda s: mem.avail[s] / max(1, layout.group_size_per_stage[s]))
     has_room = mem.avail[worst] > 0
     fits, verdict = _vllm_verdict(r, mem, cap, worst)
+    ranges = _vllm_ranges(r, limits, layout, mem, cap, worst) if has_room else {}
     answer = None
     if r.req.context_tokens is not None or r.req.concurrency is not None:
         answer = _vllm_answer(r, limits, layout, cap, fits, has_room)
@@ -800,6 +819,7 @@ def _vllm(r: _Replica, available_override: int | list[int] | None) -> FitResult:
         if has_room and not cap.fits_one_request
         else None,
         answer=answer,
+        **ranges,
     )
 
 
@@ -821,6 +841,44 @@ def _mamba_cache_mode(r: _Replica, rules: VllmRules) -> str:
         "(mamba_cache_mode none): one state block per request and Mamba group"
     )
     return "none"
+
+
+def _vllm_ranges(
+    r: _Replica,
+    limits: _VllmLimits,
+    layout: KVLayout,
+    mem: _StageMemory,
+    cap: KVCapacity,
+    worst: int,
+) -> dict[str, Any]:
+    """The KV capacity between PyTorch's sampler (the figures reported) and
+    FlashInfer's, where the request leaves the sampler unsaid."""
+    from . import engine_policy as ep
+
+    if mem.avail_flashinfer is None:
+        return {}
+    alt = ep.kv_capacity(
+        layout, limits.rules, mem.avail_flashinfer, r.max_model_len, limits.max_num_batched_tokens
+    )
+    if alt.kv_cache_tokens == cap.kv_cache_tokens:
+        return {}
+    r.notes.assumptions.append(
+        f"KV cache between {cap.kv_cache_tokens:,} tokens (PyTorch's top-k/top-p sampler, "
+        f"reported) and {alt.kv_cache_tokens:,} (FlashInfer's): which one runs is an install "
+        "fact; say --flashinfer-sampler or --no-flashinfer-sampler"
+    )
+    return {
+        "kv_cache_tokens_range": (cap.kv_cache_tokens, alt.kv_cache_tokens),
+        "max_concurrency_range": (
+            round(cap.max_concurrency, 4),
+            round(alt.max_concurrency, 4),
+        ),
+        "kv_cache_gib_range": (
+            _gib(max(0, mem.avail[worst])),
+            _gib(max(0, mem.avail_flashinfer[worst])),
+        ),
+        "range_because": "sampler: PyTorch's top-k/top-p (low end) or FlashInfer's (high end)",
+    }
 
 
 def _vllm_limits(r: _Replica) -> _VllmLimits:
@@ -868,13 +926,19 @@ def _sampler_bytes_per_logit(r: _Replica, limits: _VllmLimits, on_mrv2: bool) ->
     cost = rules.sampler_bytes_per_logit
     if not rules.v1 and r.max_model_len > 32768:
         cost = ep.SAMPLER_BYTES_PER_LOGIT["v0_chunked"]
-    if on_mrv2:
+    if on_mrv2 and not rules.mrv2_profiles_sampling_params:
         # MRV2 profiles no top-k/top-p at all, so the sampler kind does not matter
         notes.assumptions.append(
             f"vLLM {rules.version} runs this model on Model Runner V2, whose profiling run holds "
             "only the logits in the model dtype for the sampler (no fp32 copy, vllm#57926)"
         )
         return r.act_bytes
+    if on_mrv2:
+        notes.assumptions.append(
+            f"vLLM {rules.version} runs this model on Model Runner V2, whose profiling run "
+            "samples the dummy batch again with warm-up sampling parameters (fp32 logits, "
+            "top-k/top-p, logprobs; 0.33+): costed like V1's sampler (assumed, no 0.33 log yet)"
+        )
     if r.req.flashinfer_sampler and rules.v1:
         cost = ep.SAMPLER_BYTES_PER_LOGIT["flashinfer"]
         notes.assumptions.append(
@@ -937,7 +1001,24 @@ def _vllm_memory(
     elif available_override is not None:
         avail = [available_override] * pp
     r.notes.quantities += _vllm_quantities(r, limits, graphs_in_budget)
-    return _StageMemory(usable, avail, acts, non_torch, graphs, graphs_in_budget)
+    other = None
+    if available_override is None and _sampler_kind_matters(r, limits, on_mrv2):
+        act_fi = ep.activation_peak_bytes(
+            arch, r.act_bytes, mnbt, seqs, tp, rules.v1, ep.SAMPLER_BYTES_PER_LOGIT["flashinfer"]
+        )
+        other = [a + (acts[s] - act_fi if s == pp - 1 else 0) for s, a in enumerate(avail)]
+    return _StageMemory(usable, avail, acts, non_torch, graphs, graphs_in_budget, other)
+
+
+def _sampler_kind_matters(r: _Replica, limits: _VllmLimits, on_mrv2: bool) -> bool:
+    """Whether FlashInfer's sampler or PyTorch's changes the profiled peak and
+    the request does not say which runs: an install fact the logs cannot show
+    (FlashInfer installed, VLLM_USE_FLASHINFER_SAMPLER, more than 16 SMs;
+    vllm/v1/sample/ops/topk_topp_sampler.py ``flashinfer_sampler_supported``)."""
+    rules = limits.rules
+    if r.req.flashinfer_sampler is not None or not rules.v1:
+        return False
+    return not on_mrv2 or rules.mrv2_profiles_sampling_params
 
 
 def _mm_limits(r: _Replica, rules: VllmRules) -> dict[str, int]:
@@ -1198,15 +1279,16 @@ def _sglang(r: _Replica) -> FitResult:
 
     req, notes, max_len = r.req, r.notes, r.max_model_len
     tp = req.tensor_parallel_size
+    rules = ep.sglang_rules(req.engine_version)
+    notes.warnings += list(rules.notes)
+    defaults = ep.sglang_defaults(
+        rules, _sglang_device_mib(r), tp, req.pipeline_parallel_size, r.arch.mla is not None
+    )
     if "gpu_memory_utilization" in req.model_fields_set:
         mfs = req.gpu_memory_utilization
     else:
-        mfs = ep.sglang_default_mem_fraction(tp)
-        notes.assumptions.append(f"SGLang mem_fraction_static default for tp={tp}: {mfs}")
-    if req.engine_version and req.engine_version not in ep.SGLANG_KNOWN_VERSIONS:
-        notes.warnings.append(
-            f"no SGLang rules recorded for {req.engine_version}; used those of {ep.SGLANG_DEFAULT_VERSION}"
-        )
+        mfs = defaults.mem_fraction_static
+        notes.assumptions.append(defaults.why)
     weights = max(r.wb.per_stage_bytes)
     tokens, rest = ep.sglang_max_total_tokens(r.total, weights, mfs, r.kvb.per_gpu)
     notes.assumptions.append(
@@ -1250,11 +1332,11 @@ def _sglang(r: _Replica) -> FitResult:
     return _result(
         r,
         engine="sglang",
-        engine_version=req.engine_version or ep.SGLANG_DEFAULT_VERSION,
-        engine_rules_version=ep.SGLANG_DEFAULT_VERSION,
+        engine_version=rules.version,
+        engine_rules_version=rules.rules_from,
         fits=fits,
         verdict=verdict,
-        max_num_batched_tokens=req.max_num_batched_tokens or 8192,
+        max_num_batched_tokens=req.max_num_batched_tokens or defaults.chunked_prefill_size,
         max_num_seqs=req.max_num_seqs or 4096,
         block_size=1,
         per_gpu=per_gpu,
@@ -1264,6 +1346,14 @@ def _sglang(r: _Replica) -> FitResult:
         estimated_max_model_len=None,
         answer=answer,
     )
+
+
+def _sglang_device_mib(r: _Replica) -> float:
+    """What SGLang's ``get_device_memory_capacity`` reads: the device's total
+    (nvidia-smi's on NVIDIA, the catalog's memory_total_gib), in MiB."""
+    if r.gpu is not None and r.req.gpu_memory_gib is None:
+        return r.gpu.memory_total_gib * 1024
+    return r.total_gib * 1024
 
 
 # --------------------------------------------------------------------------- the result
