@@ -23,7 +23,8 @@ predicted and logged figures with the relative error:
 
 Then medians and the share of cases within 5 % and 10 %, for all cases and
 separately for the calibration cases (the ones the engine_policy constants
-were fitted on, ``split = "calibration"`` in the data) and the held-out rest.
+were fitted on, ``split = "calibration"`` in the data) and the held-out rest;
+last, the same medians per vLLM minor release (:func:`release_table`).
 
     .venv/bin/python bench/fit_accuracy.py            # the table
     .venv/bin/python bench/fit_accuracy.py --json     # machine-readable rows
@@ -95,6 +96,7 @@ def replay(case: dict[str, Any]) -> dict[str, Any]:
         "source": case["source"],
         "split": case.get("split", "held-out"),
         "e2e_comparable": case.get("e2e_comparable", True),
+        "release": release_of(case["vllm_version"]),
     }
     with tempfile.TemporaryDirectory() as tmp:
         req = _request(case, Path(tmp))
@@ -267,15 +269,58 @@ def table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     return "\n".join(lines), summary
 
 
+def release_of(version: str) -> str:
+    """The minor release a case's version belongs to ("0.10.1" -> "0.10")."""
+    parts = version.lstrip("v").split(".")
+    return ".".join(parts[:2])
+
+
+RELEASE_METRICS = ("weights_gib", "kv_tokens_formula", "available_kv_gib", "kv_capacity_e2e")
+"""The metrics the per-release table breaks down."""
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in release.split(".") if x.isdigit())
+
+
+def release_table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """Per vLLM minor release: cases and median |error| of each metric of
+    RELEASE_METRICS (counted as in :func:`table`)."""
+    releases = sorted({r["release"] for r in rows}, key=_release_key)
+    head = f"  {'release':8s} {'cases':>5s}" + "".join(f" {m:>24s}" for m in RELEASE_METRICS)
+    lines = ["\nper release: n, median |error| (cases whose logs show that figure)", head]
+    summary: dict[str, Any] = {}
+    for rel in releases:
+        mine = [r for r in rows if r["release"] == rel]
+        cells, summary[rel] = [], {"cases": len(mine)}
+        for m in RELEASE_METRICS:
+            errs = [
+                abs(e)
+                for r in mine
+                if m in r
+                and (r["e2e_comparable"] or m not in MODELLED)
+                and (e := _err(*r[m])) is not None
+            ]
+            if errs:
+                summary[rel][m] = _stats(errs)
+                cells.append(f"n={len(errs):<3d} {statistics.median(errs):7.2%}")
+            else:
+                cells.append("-")
+        lines.append(f"  {rel:8s} {len(mine):5d}" + "".join(f" {c:>24s}" for c in cells))
+    return "\n".join(lines), summary
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     rows = [replay(c) for c in load_cases()]
     text, summary = table(rows)
+    per_release, summary["per_release"] = release_table(rows)
     if "--json" in argv:
         print(json.dumps({"rows": rows, "summary": summary}, indent=2, default=str))
     else:
         print(f"{len(rows)} logged vLLM start-ups from {LOGS.relative_to(ROOT)}")
         print(text)
+        print(per_release)
     return 0
 
 
