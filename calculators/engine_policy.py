@@ -169,8 +169,11 @@ class VllmRules:
     logits pipeline, so the profiled peak must too". 0.29-0.32 ran only the
     default pass (logits in the model dtype, vllm#57926). The fp32 pipeline
     then costs what V1's sampler does (SAMPLER_BYTES_PER_LOGIT "v1_019" with
-    PyTorch's top-k/top-p, "flashinfer" when ``flashinfer_sampler_supported()``),
-    assumed from the code: no 0.33 start-up log was found to calibrate it."""
+    PyTorch's top-k/top-p, "flashinfer" when ``flashinfer_sampler_supported()``).
+    The pass is vllm#57926's change ("Profile the sampler with the params the
+    warm-up actually uses"); its patched column (Qwen2.5-0.5B, L4, FlashInfer)
+    is a held-out case at 0.33.0, reproduced within 0.6 %; no 0.33 log with
+    PyTorch's sampler was found, so that end stays V1's 22 B."""
     mrv2_listed_moe: bool = False
     """0.27.1-0.28: besides dense models, MRV2 is the default for the MoE
     architectures in ``DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES``
@@ -407,7 +410,11 @@ def vllm_default_batching(
 #              the model dtype only (fit.py passes act_bytes). Qwen2.5-0.5B on
 #              an L4 (vllm#57926, MRV2) leaves ~0.85 GiB for activation,
 #              non-torch and CUDA graphs together, which a 22 B/logit sampler
-#              (0.8 GiB alone) could not fit in.
+#              (0.8 GiB alone) could not fit in. 0.33+ (vllm#57926's second
+#              pass with warm-up sampling parameters): V1's costs again; the
+#              PR's patched L4 run lost 22,512 tokens x 12,288 B for 256 x
+#              151,936 logits, 7.1 B per logit above the 2 B logits, which
+#              the FlashInfer figure (10 B in all) matches (held-out, -0.6 %).
 SAMPLER_BYTES_PER_LOGIT = {
     "v0": 36.0,
     "v0_chunked": 0.0,

@@ -937,7 +937,7 @@ def _sampler_bytes_per_logit(r: _Replica, limits: _VllmLimits, on_mrv2: bool) ->
         notes.assumptions.append(
             f"vLLM {rules.version} runs this model on Model Runner V2, whose profiling run "
             "samples the dummy batch again with warm-up sampling parameters (fp32 logits, "
-            "top-k/top-p, logprobs; 0.33+): costed like V1's sampler (assumed, no 0.33 log yet)"
+            "top-k/top-p, logprobs; 0.33+, vllm#57926): costed like V1's sampler"
         )
     if r.req.flashinfer_sampler and rules.v1:
         cost = ep.SAMPLER_BYTES_PER_LOGIT["flashinfer"]
