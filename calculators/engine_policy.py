@@ -537,7 +537,27 @@ def runtime_total_gib(
     return catalog_total_gib, "runtime-reported total from the GPU catalog"
 
 
-def mxfp4_alignment(rules: VllmRules, gpu_id: str | None) -> tuple[int, int]:
+MXFP4_KERNEL_ALIGNMENT = {"marlin": (256, 128), "triton": (256, 64)}
+"""(hidden, expert-intermediate) padding per MXFP4 MoE kernel family, as
+:func:`mxfp4_alignment` reads them (``mxfp4_round_up_hidden_size_and_intermediate_size``
+in vllm/model_executor/layers/fused_moe/oracle/mxfp4.py: Marlin rounds the
+intermediate size to 128 and the hidden size to 256; OAI's triton_kernels
+path the intermediate size to 64)."""
+
+
+def mxfp4_kernel(rules: VllmRules, gpu_id: str | None) -> str:
+    """The MXFP4 MoE kernel family vLLM picks by default: triton_kernels on
+    Hopper from 0.11, else Marlin (see :func:`mxfp4_alignment`). Which one
+    runs also depends on what is installed (triton_kernels), so the fit takes
+    it as an input (``FitRequest.mxfp4_moe_kernel``) and shows the range."""
+    gid = (gpu_id or "").lower()
+    hopper = gid.startswith(("h100", "h200", "h800", "h20", "gh200"))
+    return "triton" if hopper and parse_version(rules.rules_from) >= (0, 11, 0) else "marlin"
+
+
+def mxfp4_alignment(
+    rules: VllmRules, gpu_id: str | None, kernel: str | None = None
+) -> tuple[int, int]:
     """(hidden, expert-intermediate) multiples vLLM pads MXFP4 expert weights
     to. The Marlin MXFP4 MoE path (Ampere, and Hopper up to 0.10) pads to
     256 / 128; from 0.11 Hopper runs the triton-kernels path, which pads the
@@ -546,12 +566,11 @@ def mxfp4_alignment(rules: VllmRules, gpu_id: str | None) -> tuple[int, int]:
     follows these readings of "Model loading took": gpt-oss-120b 65.97 GiB
     on H100 with 0.10.1 (vllm#23278) and 64.38 GiB with 0.11.0 (llm-d),
     gpt-oss-20b 13.72 GiB on A100 with 0.19 and 13.47 GiB on H100 with
-    0.11.0."""
-    gid = (gpu_id or "").lower()
-    hopper = gid.startswith(("h100", "h200", "h800", "h20", "gh200"))
-    if hopper and parse_version(rules.rules_from) >= (0, 11, 0):
-        return 256, 64
-    return 256, 128
+    0.11.0. ``kernel`` ("marlin" or "triton") overrides the default choice.
+    Not followed here: the 0.33.0 wheel's TRITON backend no longer pads the
+    hidden size (only the intermediate, to 64); no 0.33 gpt-oss log was found
+    to confirm it, so the 0.11 layout stays."""
+    return MXFP4_KERNEL_ALIGNMENT[kernel or mxfp4_kernel(rules, gpu_id)]
 
 
 def cuda_graph_bytes(arch: ModelArchitecture, layers_on_rank: int, enforce_eager: bool) -> int:

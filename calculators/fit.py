@@ -155,6 +155,13 @@ class FitRequest(Deployment):
         "local-attention layers keep one chunk plus the batched tokens instead of the whole "
         "context (vLLM 0.10+). Default: unset, whole context.",
     )
+    mxfp4_moe_kernel: Literal["marlin", "triton"] | None = Field(
+        default=None,
+        description="MXFP4 MoE kernels vLLM runs (gpt-oss): Marlin (pads expert weights to "
+        "256/128) or OAI's triton_kernels (pads the intermediate size to 64); depends on what is "
+        "installed. Default: triton_kernels on Hopper from vLLM 0.11, else Marlin, and the fit "
+        "shows the KV range between the two.",
+    )
 
 
 class PerGpuMemory(BaseModel):
@@ -278,8 +285,9 @@ class FitResult(BaseModel):
     answer: QuestionAnswer | None = None
     kv_cache_tokens_range: tuple[int, int] | None = Field(
         default=None,
-        description="(low, high) KV-cache tokens across an install fact the request leaves "
-        "unsaid (see range_because); kv_cache_tokens is the low end. Null when nothing open.",
+        description="(low, high) KV-cache tokens over the install facts the request leaves "
+        "unsaid (see range_because: sampler kernels, MXFP4 MoE kernels); kv_cache_tokens lies "
+        "within. Null when nothing is open or nothing changes.",
     )
     max_concurrency_range: tuple[float, float] | None = Field(
         default=None, description="Maximum concurrency at the two ends of kv_cache_tokens_range."
@@ -289,7 +297,9 @@ class FitResult(BaseModel):
         description="KV-cache memory per GPU (GiB) at the two ends of kv_cache_tokens_range.",
     )
     range_because: str | None = Field(
-        default=None, description="Which install fact the range spans, low end first."
+        default=None,
+        description="Which install facts the range spans: each with the choice the reported "
+        "figures assume and the other one.",
     )
     quantities: list[Quantity] = Field(
         description="Which figures are measured, computed or assumed."
@@ -437,9 +447,8 @@ class _StageMemory:
     non_torch: int
     graphs: int
     graphs_in_budget: bool
-    avail_flashinfer: list[int] | None = None
-    """The same with FlashInfer's sampler, where the request leaves the
-    sampler unsaid and the release profiles one (the other end of the range)."""
+    open_facts: tuple[_OpenFact, ...] = ()
+    """Install facts the request leaves unsaid that change the KV memory."""
 
 
 def _estimate(
@@ -615,7 +624,8 @@ def _weights(r: _Replica) -> WeightBytes:
     req, scheme = r.req, r.scheme
     alignment = (256, 128)
     if req.engine == "vllm":
-        alignment = ep.mxfp4_alignment(ep.vllm_rules(req.engine_version), r.gpu_id)
+        rules = ep.vllm_rules(req.engine_version)
+        alignment = ep.mxfp4_alignment(rules, r.gpu_id, req.mxfp4_moe_kernel)
     tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
     loaded = _loaded_architecture(r)
     wb = weight_bytes(loaded, scheme, r.act_bytes, tp, pp, mxfp4_alignment=alignment)
@@ -851,33 +861,44 @@ def _vllm_ranges(
     cap: KVCapacity,
     worst: int,
 ) -> dict[str, Any]:
-    """The KV capacity between PyTorch's sampler (the figures reported) and
-    FlashInfer's, where the request leaves the sampler unsaid."""
+    """The KV capacity over every combination of the open install facts
+    (sampler, MXFP4 MoE kernel): the figures reported are one corner, the
+    range spans the lowest and highest."""
+    from itertools import product
+
     from . import engine_policy as ep
 
-    if mem.avail_flashinfer is None:
+    if not mem.open_facts:
         return {}
-    alt = ep.kv_capacity(
-        layout, limits.rules, mem.avail_flashinfer, r.max_model_len, limits.max_num_batched_tokens
+    corners = []
+    for picks in product((False, True), repeat=len(mem.open_facts)):
+        avail = list(mem.avail)
+        for pick, (_, _, _, gain) in zip(picks, mem.open_facts, strict=True):
+            if pick:
+                avail = [a + g for a, g in zip(avail, gain, strict=True)]
+        c = (
+            cap
+            if not any(picks)
+            else ep.kv_capacity(
+                layout, limits.rules, avail, r.max_model_len, limits.max_num_batched_tokens
+            )
+        )
+        corners.append((c.kv_cache_tokens, c.max_concurrency, max(0, avail[worst])))
+    low, high = min(corners), max(corners)
+    if low[0] == high[0]:
+        return {}
+    because = "; ".join(
+        f"{what}: {chosen} (reported) or {other}" for what, chosen, other, _ in mem.open_facts
     )
-    if alt.kv_cache_tokens == cap.kv_cache_tokens:
-        return {}
     r.notes.assumptions.append(
-        f"KV cache between {cap.kv_cache_tokens:,} tokens (PyTorch's top-k/top-p sampler, "
-        f"reported) and {alt.kv_cache_tokens:,} (FlashInfer's): which one runs is an install "
-        "fact; say --flashinfer-sampler or --no-flashinfer-sampler"
+        f"KV cache between {low[0]:,} and {high[0]:,} tokens over install facts the request "
+        f"leaves unsaid ({because}); say --flashinfer-sampler / --mxfp4-moe-kernel to pin them"
     )
     return {
-        "kv_cache_tokens_range": (cap.kv_cache_tokens, alt.kv_cache_tokens),
-        "max_concurrency_range": (
-            round(cap.max_concurrency, 4),
-            round(alt.max_concurrency, 4),
-        ),
-        "kv_cache_gib_range": (
-            _gib(max(0, mem.avail[worst])),
-            _gib(max(0, mem.avail_flashinfer[worst])),
-        ),
-        "range_because": "sampler: PyTorch's top-k/top-p (low end) or FlashInfer's (high end)",
+        "kv_cache_tokens_range": (low[0], high[0]),
+        "max_concurrency_range": (round(low[1], 4), round(high[1], 4)),
+        "kv_cache_gib_range": (_gib(low[2]), _gib(high[2])),
+        "range_because": because,
     }
 
 
@@ -1001,13 +1022,46 @@ def _vllm_memory(
     elif available_override is not None:
         avail = [available_override] * pp
     r.notes.quantities += _vllm_quantities(r, limits, graphs_in_budget)
-    other = None
-    if available_override is None and _sampler_kind_matters(r, limits, on_mrv2):
-        act_fi = ep.activation_peak_bytes(
-            arch, r.act_bytes, mnbt, seqs, tp, rules.v1, ep.SAMPLER_BYTES_PER_LOGIT["flashinfer"]
-        )
-        other = [a + (acts[s] - act_fi if s == pp - 1 else 0) for s, a in enumerate(avail)]
-    return _StageMemory(usable, avail, acts, non_torch, graphs, graphs_in_budget, other)
+    open_facts: list[_OpenFact] = []
+    if available_override is None:
+        if _sampler_kind_matters(r, limits, on_mrv2):
+            act_fi = ep.activation_peak_bytes(
+                arch,
+                r.act_bytes,
+                mnbt,
+                seqs,
+                tp,
+                rules.v1,
+                ep.SAMPLER_BYTES_PER_LOGIT["flashinfer"],
+            )
+            gain = [acts[s] - act_fi if s == pp - 1 else 0 for s in range(pp)]
+            open_facts.append(("sampler", "PyTorch's top-k/top-p", "FlashInfer's", gain))
+        open_facts += _moe_kernel_fact(r, limits)
+    return _StageMemory(usable, avail, acts, non_torch, graphs, graphs_in_budget, tuple(open_facts))
+
+
+_OpenFact = tuple[str, str, str, list[int]]
+"""(what, the choice the figures assume, the other choice, bytes per stage the
+other choice adds to the KV memory; negative where it takes)."""
+
+
+def _moe_kernel_fact(r: _Replica, limits: _VllmLimits) -> list[_OpenFact]:
+    """The MXFP4 MoE kernel (Marlin or triton_kernels) where the request leaves
+    it unsaid: the other kernel's padding changes the expert weights."""
+    from . import engine_policy as ep
+    from .params import weight_bytes
+
+    if r.req.mxfp4_moe_kernel is not None or r.arch.moe is None or r.scheme.method != "mxfp4":
+        return []
+    chosen = ep.mxfp4_kernel(limits.rules, r.gpu_id)
+    other = "marlin" if chosen == "triton" else "triton"
+    tp, pp = r.req.tensor_parallel_size, r.req.pipeline_parallel_size
+    alt = weight_bytes(
+        r.arch, r.scheme, r.act_bytes, tp, pp, mxfp4_alignment=ep.MXFP4_KERNEL_ALIGNMENT[other]
+    )
+    gain = [int(w - a) for w, a in zip(r.wb.per_stage_bytes, alt.per_stage_bytes, strict=True)]
+    names = {"marlin": "Marlin MoE kernels", "triton": "triton_kernels MoE"}
+    return [("MXFP4 MoE kernel", names[chosen], names[other], gain)]
 
 
 def _sampler_kind_matters(r: _Replica, limits: _VllmLimits, on_mrv2: bool) -> bool:

@@ -192,3 +192,26 @@ def test_sglang_default_fraction_matches_the_logged_one(case):
     tp = case["flags"].get("tensor_parallel_size", 1)
     d = ep.sglang_defaults(rules, case["gpu_memory_mib"], tp, 1, False)
     assert d.mem_fraction_static == case["logged"]["mem_fraction_static"]
+
+
+def test_unsaid_mxfp4_moe_kernel_widens_the_range_to_marlins_padding():
+    """gpt-oss-120b on an H100 (0.33): triton_kernels by default (intermediate
+    padded to 64); Marlin pads 2880 to 2944 per expert, more weights, less KV.
+    With the sampler and the kernel both pinned there is no range; with only
+    the kernel open, the range runs from Marlin's figure to triton's."""
+    base = {"model": "openai/gpt-oss-120b", "gpu": "h100-sxm-80gb", "engine_version": "0.33.0"}
+
+    def fit(**extra):
+        return estimate_fit(FitRequest.model_validate(base | extra), with_suggestions=False)
+
+    triton = fit(flashinfer_sampler=False, mxfp4_moe_kernel="triton")
+    marlin = fit(flashinfer_sampler=False, mxfp4_moe_kernel="marlin")
+    open_kernel = fit(flashinfer_sampler=False)
+    assert marlin.per_gpu.weights_gib > triton.per_gpu.weights_gib
+    assert triton.kv_cache_tokens_range is None and marlin.kv_cache_tokens_range is None
+    assert open_kernel.kv_cache_tokens == triton.kv_cache_tokens
+    assert open_kernel.kv_cache_tokens_range == (marlin.kv_cache_tokens, triton.kv_cache_tokens)
+    assert "MXFP4 MoE kernel" in open_kernel.range_because
+    both_open = fit()
+    low, high = both_open.kv_cache_tokens_range
+    assert low == marlin.kv_cache_tokens and high > triton.kv_cache_tokens
