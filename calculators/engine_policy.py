@@ -17,12 +17,27 @@ then ``vllm/v1/core/kv_cache_utils.py``: ``num_blocks = available //
 page_size // layers_per_group`` per worker, the minimum over workers; KV
 tokens and maximum concurrency are logged from ``num_blocks``.
 
+vLLM 0.28-0.33, read in the released wheels (``VLLM_KNOWN_VERSIONS``):
+``determine_available_memory`` keeps the formula above in every one; 0.28
+adds the >= 160 GiB batch tier; 0.29 runs every model on Model Runner V2 and
+measures its CUDA graphs; 0.30-0.32 change nothing modelled here (0.31 caps
+allocator block splitting during the profiling run, so MoE workspaces that
+grow in steps are no longer pinned and counted; not modelled, it can only
+leave more KV cache than the fit says for MoE models); 0.33 profiles MRV2's
+sampler with warm-up parameters and keeps GB10 on the small batch tier.
+The KV-cache group, block and token-report rules of kv_cache_utils.py
+(kv_cache_planning.py in 0.33) are unchanged across them.
+
 SGLang, ``python/sglang/srt/model_executor/model_runner.py``
 ``profile_max_num_token``: ``rest = free_after_weights - total x (1 -
 mem_fraction_static)``; ``max_total_num_tokens = rest // cell_size`` with one
 token per page.
 
-Public API: :func:`vllm_rules`, :func:`sglang_max_total_tokens`, :class:`KVLayout`,
+SGLang's own defaults (``mem_fraction_static``, ``chunked_prefill_size``,
+``cuda_graph_max_bs``) per release and GPU memory: :func:`sglang_defaults`.
+
+Public API: :func:`vllm_rules`, :func:`sglang_rules`, :func:`sglang_defaults`,
+:func:`sglang_max_total_tokens`, :class:`KVLayout`,
 :func:`kv_capacity`, :func:`activation_peak_bytes`, and the estimators for
 non-torch and CUDA-graph memory. Stdlib only.
 """
@@ -130,7 +145,9 @@ class VllmRules:
     Qwen3 dense models"); "qwen3_llama_mistral" in 0.23-0.24
     (DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES = Llama, Mistral, Qwen3; still
     ``not is_moe and not is_quantized``); "dense" in 0.25-0.28 (vllm#44443,
-    0.25.0 notes: "the default for all dense models"); "all" from 0.29.0
+    0.25.0 notes: "the default for all dense models"; in 0.27.1-0.28 also the
+    MoE architectures of ``MRV2_LISTED_MOE_ARCHITECTURES``, read in those
+    wheels' vllm/config/vllm.py); "all" from 0.29.0
     (vllm#53183, 0.29.0 notes: "the default for all models"). See
     :func:`vllm_uses_mrv2`. MRV2's profiling run samples a dummy batch without
     sampling parameters, so the fp32 logits copy and the top-k/top-p work
@@ -145,7 +162,11 @@ class VllmRules:
     model_runner.py: ``# NOTE(woosuk): It is TBD whether we keep this API or
     not. return 0``), so ``determine_available_memory`` subtracted nothing for
     graphs on MRV2 even with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on; the
-    graphs were captured afterwards, above the budget (vllm#49224)."""
+    graphs were captured afterwards, above the budget (vllm#49224).
+    0.29's batch-sharded sampling (vllm/v1/worker/gpu/sample/batch_shard.py,
+    ``enable_batch_sharded_sampling``) splits each step's logits over the TP
+    ranks but not the profiling run's: ``_dummy_sampler_run`` samples every
+    dummy request on every rank, so the profiled peak is not divided by TP."""
     hybrid_prefix_caching_default: bool = False
     """0.28+: prefix caching is on by default for hybrid Mamba / linear-attention
     models, in ``mamba_cache_mode`` "align" (vllm#50991, merged 2026-08-04: "enable

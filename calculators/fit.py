@@ -1345,6 +1345,13 @@ def _sglang(r: _Replica) -> FitResult:
         notes.assumptions.append(defaults.why)
     weights = max(r.wb.per_stage_bytes)
     tokens, rest = ep.sglang_max_total_tokens(r.total, weights, mfs, r.kvb.per_gpu)
+    page = req.block_size or 1
+    tokens = tokens // page * page  # pool_configurator.py: whole pages only
+    if req.block_size is None:
+        notes.assumptions.append(
+            "SGLang page_size 1 (FlashAttention-3 / FlashInfer backends); FlashMLA, TRT-LLM MLA "
+            "and TRT-LLM MHA backends force 64 (arg_groups/overrides.py): pass --block-size"
+        )
     notes.assumptions.append(
         f"SGLang: {ep.SGLANG_CONTEXT_OVERHEAD_GIB} GiB CUDA context before the free-memory measurement (assumed)"
     )
@@ -1392,7 +1399,7 @@ def _sglang(r: _Replica) -> FitResult:
         verdict=verdict,
         max_num_batched_tokens=req.max_num_batched_tokens or defaults.chunked_prefill_size,
         max_num_seqs=req.max_num_seqs or 4096,
-        block_size=1,
+        block_size=page,
         per_gpu=per_gpu,
         kv_cache_blocks=tokens,
         kv_cache_tokens=tokens,

@@ -215,3 +215,13 @@ def test_unsaid_mxfp4_moe_kernel_widens_the_range_to_marlins_padding():
     both_open = fit()
     low, high = both_open.kv_cache_tokens_range
     assert low == marlin.kv_cache_tokens and high > triton.kv_cache_tokens
+
+
+def test_sglang_pool_holds_whole_pages():
+    """max_total_num_tokens is rounded down to a multiple of page_size
+    (python/sglang/srt/model_executor/pool_configurator.py)."""
+    base = {"model": "Qwen/Qwen3-8B", "gpu": "h100-sxm-80gb", "engine": "sglang"}
+    one = estimate_fit(FitRequest.model_validate(base))
+    paged = estimate_fit(FitRequest.model_validate(base | {"block_size": 64}))
+    assert one.block_size == 1 and paged.block_size == 64
+    assert paged.kv_cache_tokens == one.kv_cache_tokens // 64 * 64
