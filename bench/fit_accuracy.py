@@ -24,7 +24,8 @@ predicted and logged figures with the relative error:
 Then medians and the share of cases within 5 % and 10 %, for all cases and
 separately for the calibration cases (the ones the engine_policy constants
 were fitted on, ``split = "calibration"`` in the data) and the held-out rest;
-last, the same medians per vLLM minor release (:func:`release_table`).
+then the same medians per vLLM minor release (:func:`release_table`); last,
+the SGLang start-ups of tests/data/sglang_logs.toml (:func:`sglang_table`).
 
     .venv/bin/python bench/fit_accuracy.py            # the table
     .venv/bin/python bench/fit_accuracy.py --json     # machine-readable rows
@@ -310,17 +311,64 @@ def release_table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     return "\n".join(lines), summary
 
 
+SGLANG_LOGS = ROOT / "tests" / "data" / "sglang_logs.toml"
+
+
+def sglang_rows(path: Path = SGLANG_LOGS) -> list[dict[str, Any]]:
+    """Predicted vs logged figures of the SGLang start-ups (tests/data/sglang_logs.toml):
+    the default mem_fraction_static and the fully modelled KV pool, per its checks."""
+    from inferwise.calculators import engine_policy as ep
+    from inferwise.calculators.fit import FitRequest, estimate_fit
+
+    with path.open("rb") as fh:
+        cases = tomllib.load(fh)["case"]
+    rows = []
+    for c in cases:
+        row: dict[str, Any] = {"id": c["id"], "release": c["sglang_version"], "source": c["source"]}
+        tp = c["flags"].get("tensor_parallel_size", 1)
+        if "default_mem_fraction" in c["checks"]:
+            rules = ep.sglang_rules(c["sglang_version"])
+            d = ep.sglang_defaults(rules, c["gpu_memory_mib"], tp, 1, False)
+            row["mem_fraction_static"] = (d.mem_fraction_static, c["logged"]["mem_fraction_static"])
+        if "kv_tokens" in c["checks"]:
+            req = {"model": c["model"], "gpu": c["gpu"], "engine": "sglang"}
+            req |= {"engine_version": c["sglang_version"], **c["flags"]}
+            fit = estimate_fit(FitRequest.model_validate(req), with_suggestions=False)
+            row["kv_tokens_e2e"] = (fit.kv_cache_tokens, c["logged"]["kv_tokens"])
+        rows.append(row)
+    return rows
+
+
+def sglang_table(rows: list[dict[str, Any]]) -> str:
+    lines = [f"\nSGLang start-ups from {SGLANG_LOGS.relative_to(ROOT)} (all held out)"]
+    lines.append(
+        f"  {'case':44s} {'release':8s} {'figure':20s} {'predicted':>12s} {'logged':>12s} {'error':>8s}"
+    )
+    for r in rows:
+        for m in ("mem_fraction_static", "kv_tokens_e2e"):
+            if m in r:
+                pred, log = r[m]
+                e = _err(pred, log)
+                lines.append(
+                    f"  {r['id']:44s} {r['release']:8s} {m:20s} {pred:>12,.3f} {log:>12,.3f} {e:+8.1%}"
+                )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     rows = [replay(c) for c in load_cases()]
     text, summary = table(rows)
     per_release, summary["per_release"] = release_table(rows)
+    sglang = sglang_rows()
     if "--json" in argv:
-        print(json.dumps({"rows": rows, "summary": summary}, indent=2, default=str))
+        out = {"rows": rows, "summary": summary, "sglang_rows": sglang}
+        print(json.dumps(out, indent=2, default=str))
     else:
         print(f"{len(rows)} logged vLLM start-ups from {LOGS.relative_to(ROOT)}")
         print(text)
         print(per_release)
+        print(sglang_table(sglang))
     return 0
 
 

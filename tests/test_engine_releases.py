@@ -182,16 +182,36 @@ def test_sglang_default_release_and_fit_use_the_gpu_memory():
     assert any("mem_fraction_static" in a for a in res.assumptions)
 
 
-@pytest.mark.parametrize(
-    "case", tomllib.loads(SGLANG_LOGS.read_text())["case"], ids=lambda c: c["id"]
-)
+SGLANG_CASES = tomllib.loads(SGLANG_LOGS.read_text())["case"]
+
+
+def _sglang_cases(check: str) -> list[dict]:
+    return [c for c in SGLANG_CASES if check in c["checks"]]
+
+
+def test_sglang_cases_carry_their_sources():
+    assert len(SGLANG_CASES) >= 2
+    for c in SGLANG_CASES:
+        assert c["source"].startswith("https://") and c["split"] == "held-out", c["id"]
+
+
+@pytest.mark.parametrize("case", _sglang_cases("default_mem_fraction"), ids=lambda c: c["id"])
 def test_sglang_default_fraction_matches_the_logged_one(case):
-    assert case["source"].startswith("https://")
     rules = ep.sglang_rules(case["sglang_version"])
     assert rules.prefill_graphs_reserved is case["prefill_graphs"]
     tp = case["flags"].get("tensor_parallel_size", 1)
     d = ep.sglang_defaults(rules, case["gpu_memory_mib"], tp, 1, False)
     assert d.mem_fraction_static == case["logged"]["mem_fraction_static"]
+
+
+@pytest.mark.parametrize("case", _sglang_cases("kv_tokens"), ids=lambda c: c["id"])
+def test_sglang_kv_pool_matches_the_allocated_tokens(case):
+    """Fully modelled (weights, free memory, static fraction): within 10 %."""
+    req = {"model": case["model"], "gpu": case["gpu"], "engine": "sglang"}
+    req |= {"engine_version": case["sglang_version"], **case["flags"]}
+    pred = estimate_fit(FitRequest.model_validate(req), with_suggestions=False).kv_cache_tokens
+    logged = case["logged"]["kv_tokens"]
+    assert abs(pred - logged) <= 0.10 * logged, (pred, logged)
 
 
 def test_unsaid_mxfp4_moe_kernel_widens_the_range_to_marlins_padding():
