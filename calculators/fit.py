@@ -496,7 +496,14 @@ def _check_engine_fields(req: FitRequest) -> None:
                 stray[0], f"is a llama.cpp setting; add --engine llama.cpp (engine is {req.engine})"
             )
         return
-    vllm_only = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size")
+    vllm_only = (
+        "max_model_len",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "block_size",
+        "flashinfer_sampler",
+        "mxfp4_moe_kernel",
+    )
     for name in vllm_only:
         if name in given and getattr(req, name) is not None:
             twin = {"max_model_len": "--ctx-size (-c)", "max_num_seqs": "--parallel (-np)"}
