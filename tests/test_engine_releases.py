@@ -245,3 +245,13 @@ def test_sglang_pool_holds_whole_pages():
     paged = estimate_fit(FitRequest.model_validate(base | {"block_size": 64}))
     assert one.block_size == 1 and paged.block_size == 64
     assert paged.kv_cache_tokens == one.kv_cache_tokens // 64 * 64
+
+
+def test_vllm_install_facts_are_refused_for_llamacpp():
+    from inferwise.calculators.errors import InputError
+
+    req = {"model": "x.gguf", "gpu": "h100-sxm-80gb", "engine": "llama.cpp"}
+    for field, value in (("mxfp4_moe_kernel", "marlin"), ("flashinfer_sampler", True)):
+        with pytest.raises(InputError) as err:
+            estimate_fit(FitRequest.model_validate(req | {field: value}))
+        assert err.value.field == field
