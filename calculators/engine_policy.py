@@ -847,24 +847,7 @@ def vllm_kv_layout(
         )
     page = per_layer_token_bytes * block_size
     if len(counts) == 1 or not rules.hybrid_kv_manager:
-        if len(counts) > 1:
-            notes.append(
-                f"vLLM {rules.version} has no hybrid KV manager: sliding-window layers cache the whole context"
-            )
-        kind = (
-            "sliding"
-            if set(counts) == {"sliding"} and rules.hybrid_kv_manager
-            else ("mla" if "mla" in counts else "full")
-        )
-        sizes = tuple(sum(s.values()) for s in layers_per_stage)
-        return KVLayout(
-            (kind,),
-            sizes,
-            page,
-            block_size,
-            arch.sliding_window if kind == "sliding" else None,
-            tuple(notes),
-        )
+        return _single_group_layout(arch, rules, counts, layers_per_stage, page, block_size, notes)
     smallest, largest = min(counts.values()), max(counts.values())
     group_size = smallest
     if rules.group_size_heuristic and largest < smallest * 1.5:
@@ -897,6 +880,31 @@ def vllm_kv_layout(
         tuple(notes),
         arch.attention_chunk_size if "chunked" in groups_of else None,
     )
+
+
+def _single_group_layout(
+    arch: ModelArchitecture,
+    rules: VllmRules,
+    counts: dict[str, int],
+    layers_per_stage: tuple[dict[str, int], ...],
+    page: int,
+    block_size: int,
+    notes: list[str],
+) -> KVLayout:
+    """One group holding every layer: a single kind of layer, or a release
+    without the hybrid KV manager (sliding layers then cache the whole context)."""
+    if len(counts) > 1:
+        notes.append(
+            f"vLLM {rules.version} has no hybrid KV manager: sliding-window layers cache the whole context"
+        )
+    kind = (
+        "sliding"
+        if set(counts) == {"sliding"} and rules.hybrid_kv_manager
+        else ("mla" if "mla" in counts else "full")
+    )
+    sizes = tuple(sum(s.values()) for s in layers_per_stage)
+    window = arch.sliding_window if kind == "sliding" else None
+    return KVLayout((kind,), sizes, page, block_size, window, tuple(notes))
 
 
 def blocks_per_request(layout: KVLayout, max_model_len: int, max_num_batched_tokens: int) -> int:

@@ -29,7 +29,7 @@ from .errors import InputError
 if TYPE_CHECKING:
     from .architecture import ModelArchitecture
     from .catalog import GPU, ModelSource
-    from .engine_policy import KVCapacity, KVLayout, VllmRules
+    from .engine_policy import KVCapacity, KVLayout, SglangDefaults, SglangRules, VllmRules
     from .kv_cache import KVBytesPerToken
     from .params import ParamCounts, WeightBytes
     from .quantization import QuantScheme
@@ -1334,22 +1334,12 @@ def _vllm_answer(
 
 
 def _sglang(r: _Replica) -> FitResult:
-    """SGLang: one token per page, KV pool = free memory after weights minus
+    """SGLang: whole pages (page_size), KV pool = free memory after weights minus
     the share mem_fraction_static leaves out (model_runner.profile_max_num_token)."""
     from . import engine_policy as ep
 
     req, notes, max_len = r.req, r.notes, r.max_model_len
-    tp = req.tensor_parallel_size
-    rules = ep.sglang_rules(req.engine_version)
-    notes.warnings += list(rules.notes)
-    defaults = ep.sglang_defaults(
-        rules, _sglang_device_mib(r), tp, req.pipeline_parallel_size, r.arch.mla is not None
-    )
-    if "gpu_memory_utilization" in req.model_fields_set:
-        mfs = req.gpu_memory_utilization
-    else:
-        mfs = defaults.mem_fraction_static
-        notes.assumptions.append(defaults.why)
+    rules, defaults, mfs = _sglang_settings(r)
     weights = max(r.wb.per_stage_bytes)
     tokens, rest = ep.sglang_max_total_tokens(r.total, weights, mfs, r.kvb.per_gpu)
     page = req.block_size or 1
@@ -1386,17 +1376,7 @@ def _sglang(r: _Replica) -> FitResult:
         kv_cache_gib=_gib(max(0.0, rest)),
         headroom_gib=_gib(r.total - usable),
     )
-    answer = None
-    if req.context_tokens is not None or req.concurrency is not None:
-        ctx = req.context_tokens or max_len
-        c = req.concurrency or 1
-        answer = QuestionAnswer(
-            context_tokens=ctx,
-            concurrency=c,
-            fits=ctx <= max_len and tokens >= ctx * c,
-            max_concurrency_at_context=tokens // ctx,
-            max_context_at_concurrency=min(max_len, tokens // c),
-        )
+    answer = _sglang_answer(req, tokens, max_len)
     return _result(
         r,
         engine="sglang",
@@ -1413,6 +1393,38 @@ def _sglang(r: _Replica) -> FitResult:
         max_concurrency=round(conc, 4),
         estimated_max_model_len=None,
         answer=answer,
+    )
+
+
+def _sglang_settings(r: _Replica) -> tuple[SglangRules, SglangDefaults, float]:
+    """The release's rules, its defaults for this GPU, and the static fraction in force
+    (the request's --gpu-memory-utilization, which stands for --mem-fraction-static)."""
+    from . import engine_policy as ep
+
+    req, notes = r.req, r.notes
+    rules = ep.sglang_rules(req.engine_version)
+    notes.warnings += list(rules.notes)
+    mla = r.arch.mla is not None
+    tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
+    defaults = ep.sglang_defaults(rules, _sglang_device_mib(r), tp, pp, mla)
+    if "gpu_memory_utilization" in req.model_fields_set:
+        return rules, defaults, req.gpu_memory_utilization
+    notes.assumptions.append(defaults.why)
+    return rules, defaults, defaults.mem_fraction_static
+
+
+def _sglang_answer(req: FitRequest, tokens: int, max_len: int) -> QuestionAnswer | None:
+    """The user's own question against SGLang's token pool (one token per slot)."""
+    if req.context_tokens is None and req.concurrency is None:
+        return None
+    ctx = req.context_tokens or max_len
+    c = req.concurrency or 1
+    return QuestionAnswer(
+        context_tokens=ctx,
+        concurrency=c,
+        fits=ctx <= max_len and tokens >= ctx * c,
+        max_concurrency_at_context=tokens // ctx,
+        max_context_at_concurrency=min(max_len, tokens // c),
     )
 
 
