@@ -22,7 +22,7 @@ src/llama-model.cpp: input layer on the CPU, layer split).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .errors import InputError
@@ -47,6 +47,10 @@ FIT_MARGIN_BYTES = 1024 * MiB
 FIT_MIN_CTX_PER_STREAM = 4096
 DEFAULT_UBATCH = 512
 DEFAULT_BATCH = 2048
+OLD_LOGITS_BUILD = 6699
+"""The newest llama.cpp build whose published CUDA log (gpt-oss-20b, build 6699) still
+shows a compute buffer holding a whole ubatch of logits; the vendored build reserves one
+output per sequence (src/llama-context.cpp sched_reserve: ``n_outputs = n_seqs``)."""
 CUDA_CONTEXT_GIB = 0.35
 """CUDA context and cuBLAS workspace a llama-server process holds per device outside
 its own buffers (not in its logs; nvidia-smi shows it). Assumed."""
@@ -93,6 +97,10 @@ class Shape:
     n_swa: int
     n_vocab: int
     n_ff: int
+    n_head: int = 0
+    n_ff_active: int = 0
+    """FFN width one token passes through: the dense n_ff, or the used experts'
+    (expert_used_count x expert_feed_forward_length) for MoE models."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,8 @@ class Settings:
     flash_attn: bool
     swa_full: bool
     ctx_auto: bool
+    ubatch_logits: bool = False
+    """Older builds reserve the logits of a whole ubatch (see ``OLD_LOGITS_BUILD``)."""
 
 
 # --------------------------------------------------------------------------- header
@@ -136,6 +146,7 @@ def shape_of(model: GgufModel) -> Shape:
     head_k = _int(model, "attention.key_length", n_embd // n_head)
     head_v = _int(model, "attention.value_length", head_k)
     n_swa = _int(model, "attention.sliding_window", 0)
+    n_ff = max(_per_layer(model, "feed_forward_length", n_layer, default=(0,) * n_layer))
     return Shape(
         n_layer=n_layer,
         n_embd=n_embd,
@@ -146,8 +157,16 @@ def shape_of(model: GgufModel) -> Shape:
         swa_layers=_swa_layers(model, n_layer, n_swa),
         n_swa=n_swa,
         n_vocab=model.vocab_size or 0,
-        n_ff=max(_per_layer(model, "feed_forward_length", n_layer, default=(0,) * n_layer)),
+        n_ff=n_ff,
+        n_head=n_head,
+        n_ff_active=_active_ffn(model, n_ff),
     )
+
+
+def _active_ffn(model: GgufModel, dense_ff: int) -> int:
+    used = int(model.hparam("expert_used_count", 0) or 0)
+    expert_ff = int(model.hparam("expert_feed_forward_length", 0) or 0)
+    return max(dense_ff, used * expert_ff) if used and expert_ff else dense_ff
 
 
 def _int(model: GgufModel, key: str, default: int | None = None) -> int:
@@ -302,21 +321,32 @@ def kv_bytes_per_device(layer_bytes: list[int], n_layer: int, devices: int) -> l
 
 
 def compute_buffer_bytes(shape: Shape, s: Settings, holds_output: bool) -> int:
-    """The device's compute buffer: the largest step graph of one ubatch, kept between
-    steps (llama_context: CUDA0 compute buffer size). ggml's allocator reuses memory
-    across a layer, so the peak is the widest single layer or the output: the logits
-    (n_vocab x n_ubatch float32) on the device holding the output layer, the FFN
-    activations (gate, up and their product), and without flash attention the attention
-    scores over the whole cache (n_head x n_ubatch x n_ctx_seq float32, twice for the
-    softmax). Coefficients measured on llama-server's CPU backend (tests/data/
-    llamacpp_compute_buffers.toml) and checked against published CUDA logs."""
-    n_head = max(shape.kv_heads) and max(1, shape.n_embd // max(1, shape.head_k))
-    u = s.n_ubatch
-    ffn = u * 4 * (3 * shape.n_ff + 3 * shape.n_embd)
-    attn = 0 if s.flash_attn else u * 4 * n_head * s.n_ctx_seq * 2
-    layer = max(ffn, attn + u * 4 * 3 * shape.n_embd)
-    out = u * 4 * (shape.n_vocab + shape.n_embd) if holds_output else 0
-    return int(max(layer, out))
+    """The device's compute buffer (llama_context: CUDA0 compute buffer size): ggml's
+    allocator reuses memory within a step's graph, so the buffer is the widest moment of
+    one ubatch of ``u`` tokens, plus the attention mask over the stream's cells that
+    lives through the whole graph:
+
+    * mask: ``u x n_ctx_seq`` in f16 with flash attention, f32 without;
+    * FFN: ``u x (3 n_ff + min(n_ff, 2048))`` floats (gate, up, their product);
+    * attention: ``u x 5 n_embd`` floats with flash attention; without it the scores
+      ``u x n_ctx_seq x n_head`` floats plus ``u x 5.5 n_embd``;
+    * the logits: this build reserves the graph with ``n_outputs = n_seq_max`` (one token
+      per sequence, in a host output buffer), so the vocabulary does not count; builds up
+      to ``OLD_LOGITS_BUILD`` reserved ``n_vocab x u`` floats on the output device.
+
+    Measured on llama-server's CPU backend for 40 shapes and settings
+    (tests/data/llamacpp_compute_buffers.toml); the CUDA backend adds its own scratch
+    (cuBLAS, flash-attention tiles), so this is the floor there."""
+    u, ctx = s.n_ubatch, s.n_ctx_seq
+    ff = shape.n_ff_active
+    mask = u * ctx * (2 if s.flash_attn else 4)
+    ffn = u * 4 * (3 * ff + min(ff, 2048))
+    if s.flash_attn:
+        attn = u * 4 * 5 * shape.n_embd
+    else:
+        attn = u * 4 * (ctx * shape.n_head + 5.5 * shape.n_embd)
+    logits = u * 4 * shape.n_vocab if holds_output and s.ubatch_logits else 0
+    return int(mask + max(ffn, attn, logits))
 
 
 # --------------------------------------------------------------------------- the fit
@@ -386,8 +416,6 @@ def auto_context(
 
 
 def _with_ctx(s: Settings, n_ctx: int) -> Settings:
-    from dataclasses import replace
-
     n_ctx = pad(n_ctx)
     if s.unified:
         return replace(s, n_ctx=n_ctx, n_ctx_seq=n_ctx, n_ubatch=min(s.n_ubatch, n_ctx))
@@ -471,6 +499,14 @@ def _load(req: FitRequest) -> GgufModel:
     return load_gguf(req.model, req.revision)
 
 
+def _build_number(version: str | None) -> int | None:
+    """A llama.cpp build named as ``b6699`` or ``6699`` (None for anything else)."""
+    import re
+
+    m = re.fullmatch(r"b?(\d{3,6})", (version or "").strip())
+    return int(m.group(1)) if m else None
+
+
 def _settings(req: FitRequest, shape: Shape, notes: _Notes) -> Settings:
     type_k = req.cache_type_k or "f16"
     type_v = req.cache_type_v or "f16"
@@ -486,6 +522,12 @@ def _settings(req: FitRequest, shape: Shape, notes: _Notes) -> Settings:
         )
     if req.flash_attn == "auto":
         notes.assumptions.append("flash attention on (llama.cpp's auto on CUDA GPUs)")
+    old_build = _build_number(req.engine_version)
+    ubatch_logits = old_build is not None and old_build <= OLD_LOGITS_BUILD
+    if ubatch_logits:
+        notes.assumptions.append(
+            f"llama.cpp build {old_build} reserves the logits of a whole ubatch in the compute buffer"
+        )
     notes.assumptions.append("every layer on the GPUs (-ngl all); token embeddings in host memory")
     s = settings_for(
         shape,
@@ -498,6 +540,7 @@ def _settings(req: FitRequest, shape: Shape, notes: _Notes) -> Settings:
         flash_attn=flash,
         swa_full=req.swa_full,
     )
+    s = replace(s, ubatch_logits=ubatch_logits)
     if s.n_ctx_seq > shape.n_ctx_train:
         notes.warnings.append(
             f"context per slot {s.n_ctx_seq:,} exceeds the training context "

@@ -262,3 +262,50 @@ def test_a_tag_that_matches_nothing_or_a_gated_repo_says_what_to_do(gguf_hub_sta
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(InputError, match="local .gguf path"):
         fit("acme/Model-GGUF:Q8_0")
+
+
+# --------------------------------------------------------------------------- compute buffers
+
+COMPUTE_DATA = Path(__file__).parent / "data" / "llamacpp_compute_buffers.toml"
+
+
+def _compute_mib(row: dict) -> float:
+    from inferwise.calculators import llamacpp_fit as lf
+
+    shape = lf.Shape(
+        n_layer=2,
+        n_embd=row["n_embd"],
+        n_ctx_train=1 << 20,
+        kv_heads=(row.get("n_head_kv", 8),) * 2,
+        head_k=row["n_embd"] // row["n_head"],
+        head_v=row["n_embd"] // row["n_head"],
+        swa_layers=(False, False),
+        n_swa=0,
+        n_vocab=row.get("n_vocab", 32000),
+        n_ff=row["n_ff"],
+        n_head=row["n_head"],
+        n_ff_active=row["n_ff"],
+    )
+    parallel = row.get("parallel", 1)
+    s = lf.settings_for(
+        shape,
+        ctx_size=row["ctx"],
+        parallel=parallel,
+        kv_unified=parallel == 1 or None,
+        ubatch_size=row["ubatch"],
+        type_k="f16",
+        type_v="f16",
+        flash_attn=row["flash_attn"],
+        swa_full=False,
+    )
+    return lf.compute_buffer_bytes(shape, s, holds_output=True) / (1 << 20)
+
+
+def test_compute_buffers_match_the_measured_cpu_runs_and_published_cuda_logs() -> None:
+    import tomllib
+
+    data = tomllib.loads(COMPUTE_DATA.read_text())
+    cpu = [abs(_compute_mib(r) / r["compute_mib"] - 1) for r in data["cpu"]]
+    assert len(cpu) >= 40 and max(cpu) < 0.03
+    cuda = [abs(_compute_mib(r) / r["compute_mib"] - 1) for r in data["cuda"]]
+    assert len(cuda) == 4 and max(cuda) < 0.08  # the CUDA backend's own scratch on top
