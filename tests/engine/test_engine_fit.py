@@ -66,6 +66,8 @@ def test_kv_and_compute_buffers_match_llama_servers_log(
     assert fit.kv_cache_tokens == cells * streams
     kv_bytes = fit.kv_bytes_per_token_total * fit.kv_cache_tokens
     assert kv_bytes / MIB == pytest.approx(kv_mib, abs=0.01)
-    assert fit.per_gpu.activation_gib * 1024 == pytest.approx(
-        compute_mib, rel=0.03, abs=0.6
-    )  # GiB rounded to 3 places
+    # a q8_0 cache needs ~5 % less compute buffer than the f16 formula (measured: 9.54 vs
+    # 10.01 MiB at -ub 256 -c 4096); the fit keeps the f16 figure, the conservative side.
+    # abs: the result's GiB are rounded to 3 places
+    tolerance = 0.06 if "cache_type_k" in fit_flags else 0.03
+    assert fit.per_gpu.activation_gib * 1024 == pytest.approx(compute_mib, rel=tolerance, abs=0.6)
