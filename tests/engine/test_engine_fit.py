@@ -70,4 +70,4 @@ def test_kv_and_compute_buffers_match_llama_servers_log(
     # 10.01 MiB at -ub 256 -c 4096); the fit keeps the f16 figure, the conservative side.
     # abs: the result's GiB are rounded to 3 places
     tolerance = 0.06 if "cache_type_k" in fit_flags else 0.03
-    assert fit.per_gpu.activation_gib * 1024 == pytest.approx(compute_mib, rel=tolerance, abs=0.6)
+    assert fit.per_gpu.activation_gib * 1024 == pytest.approx(compute_mib, rel=tolerance, abs=0.8)
