@@ -101,6 +101,7 @@ def replay(case: dict[str, Any]) -> dict[str, Any]:
     }
     with tempfile.TemporaryDirectory() as tmp:
         req = _request(case, Path(tmp))
+        row["family"] = _family(req)
         full = estimate_fit(req) if (case.get("gpu") or case.get("gpu_total_gib")) else None
         if full is not None:
             row["weights_gib"] = (full.per_gpu.weights_gib, logged.get("weights_gib"))
@@ -287,13 +288,23 @@ def _release_key(release: str) -> tuple[int, ...]:
 def release_table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """Per vLLM minor release: cases and median |error| of each metric of
     RELEASE_METRICS (counted as in :func:`table`)."""
-    releases = sorted({r["release"] for r in rows}, key=_release_key)
-    head = f"  {'release':8s} {'cases':>5s}" + "".join(f" {m:>24s}" for m in RELEASE_METRICS)
-    lines = ["\nper release: n, median |error| (cases whose logs show that figure)", head]
+    return group_table(rows, "release", sorted({r["release"] for r in rows}, key=_release_key))
+
+
+def family_table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The same per architecture family (the layout reader: llama, deepseek, qwen3_next...)."""
+    return group_table(rows, "family", sorted({r["family"] for r in rows}))
+
+
+def group_table(
+    rows: list[dict[str, Any]], key: str, groups: list[str]
+) -> tuple[str, dict[str, Any]]:
+    head = f"  {key:12s} {'cases':>5s}" + "".join(f" {m:>24s}" for m in RELEASE_METRICS)
+    lines = [f"\nper {key}: n, median |error| (cases whose logs show that figure)", head]
     summary: dict[str, Any] = {}
-    for rel in releases:
-        mine = [r for r in rows if r["release"] == rel]
-        cells, summary[rel] = [], {"cases": len(mine)}
+    for group in groups:
+        mine = [r for r in rows if r[key] == group]
+        cells, summary[group] = [], {"cases": len(mine)}
         for m in RELEASE_METRICS:
             errs = [
                 abs(e)
@@ -303,12 +314,24 @@ def release_table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
                 and (e := _err(*r[m])) is not None
             ]
             if errs:
-                summary[rel][m] = _stats(errs)
+                summary[group][m] = _stats(errs)
                 cells.append(f"n={len(errs):<3d} {statistics.median(errs):7.2%}")
             else:
                 cells.append("-")
-        lines.append(f"  {rel:8s} {len(mine):5d}" + "".join(f" {c:>24s}" for c in cells))
+        lines.append(f"  {group:12s} {len(mine):5d}" + "".join(f" {c:>24s}" for c in cells))
     return "\n".join(lines), summary
+
+
+def _family(req: Any) -> str:
+    """The architecture family of a case's model (its layout reader), or why none."""
+    from inferwise.calculators.architecture import from_config
+    from inferwise.calculators.catalog import load_model
+    from inferwise.calculators.errors import InputError
+
+    try:
+        return from_config(load_model(req.model).config, req.hf_overrides).family
+    except InputError:
+        return "unreadable"
 
 
 SGLANG_LOGS = ROOT / "tests" / "data" / "sglang_logs.toml"
@@ -360,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [replay(c) for c in load_cases()]
     text, summary = table(rows)
     per_release, summary["per_release"] = release_table(rows)
+    per_family, summary["per_family"] = family_table(rows)
     sglang = sglang_rows()
     if "--json" in argv:
         out = {"rows": rows, "summary": summary, "sglang_rows": sglang}
@@ -368,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(rows)} logged vLLM start-ups from {LOGS.relative_to(ROOT)}")
         print(text)
         print(per_release)
+        print(per_family)
         print(sglang_table(sglang))
     return 0
 

@@ -45,7 +45,8 @@ def write_gguf(
     w.add_feed_forward_length(n_ff)
     w.add_context_length(context)
     w.add_uint32(f"{arch}.vocab_size", n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if tensor_type == "Q8_0" else 1)
+    file_types = {"Q8_0": "MOSTLY_Q8_0", "Q4_K": "MOSTLY_Q4_K_M", "F16": "MOSTLY_F16"}
+    w.add_file_type(gguf.LlamaFileType[file_types.get(tensor_type, "MOSTLY_Q8_0")])
     if sliding_window:
         w.add_sliding_window(sliding_window)
     if n_expert:
