@@ -994,10 +994,11 @@ def _read_mixtral(p: _Parsed) -> ModelArchitecture:
     )
 
 
-def _read_qwen_moe(p: _Parsed) -> ModelArchitecture:
-    r, n = p.r, p.n
+def _qwen_moe_spec(r: _Reader, n: int) -> MoESpec:
+    """Qwen's MoE block (Qwen2/3-MoE, Qwen3-Next): routed experts and an optional gated
+    shared expert."""
     shared = r.int("shared_expert_intermediate_size", 0)
-    moe = MoESpec(
+    return MoESpec(
         num_experts=r.pos("num_experts"),
         experts_per_token=r.pos("num_experts_per_tok"),
         moe_intermediate_size=r.pos("moe_intermediate_size"),
@@ -1006,6 +1007,11 @@ def _read_qwen_moe(p: _Parsed) -> ModelArchitecture:
         shared_expert_intermediate_size=shared,
         shared_expert_gate=bool(shared),
     )
+
+
+def _read_qwen_moe(p: _Parsed) -> ModelArchitecture:
+    r, n = p.r, p.n
+    moe = _qwen_moe_spec(r, n)
     qwen2 = p.text_type == "qwen2_moe"
     return ModelArchitecture(
         **p.common,
@@ -1495,16 +1501,7 @@ def _read_qwen3_next(p: _Parsed) -> ModelArchitecture:
     else:
         interval = r.pos("full_attention_interval", 4)
         kinds = tuple("full" if (i + 1) % interval == 0 else "linear" for i in range(n))
-    shared = r.int("shared_expert_intermediate_size", 0)
-    moe = MoESpec(
-        num_experts=r.pos("num_experts"),
-        experts_per_token=r.pos("num_experts_per_tok"),
-        moe_intermediate_size=r.pos("moe_intermediate_size"),
-        moe_layers=_moe_layers_qwen(r, n),
-        num_shared_experts=1 if shared else 0,
-        shared_expert_intermediate_size=shared,
-        shared_expert_gate=bool(shared),
-    )
+    moe = _qwen_moe_spec(r, n)
     ssm = SSMSpec(
         kind="gated_deltanet",
         conv_kernel=r.pos("linear_conv_kernel_dim", 4),

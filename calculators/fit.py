@@ -230,6 +230,21 @@ class Suggestion(BaseModel):
         description="What it costs: quality risk, more GPUs, shorter requests, less headroom."
     )
 
+    @classmethod
+    def of(cls, change: str, flags: str, alt: FitResult, cost: str) -> Suggestion:
+        """The alternative ``alt`` as a suggestion: it fits when the deployment fits and, if
+        the user asked a question, answers it."""
+        return cls(
+            change=change,
+            flags=flags,
+            fits=alt.fits if alt.answer is None else alt.fits and alt.answer.fits,
+            kv_cache_tokens=alt.kv_cache_tokens,
+            max_concurrency=alt.max_concurrency,
+            num_gpus=alt.num_gpus,
+            kv_cache_gib=alt.per_gpu.kv_cache_gib,
+            cost=cost,
+        )
+
 
 class FitResult(BaseModel):
     """Memory fit of one replica (see DESIGN.md `inferwise fit`)."""
@@ -1500,18 +1515,7 @@ def _suggestions(req: FitRequest, base: FitResult, source, arch, scheme, gpu) ->
             )
         except (InputError, ValueError):
             continue
-        out.append(
-            Suggestion(
-                change=change,
-                flags=flags,
-                fits=alt.fits if alt.answer is None else alt.fits and alt.answer.fits,
-                kv_cache_tokens=alt.kv_cache_tokens,
-                max_concurrency=alt.max_concurrency,
-                num_gpus=alt.num_gpus,
-                kv_cache_gib=alt.per_gpu.kv_cache_gib,
-                cost=cost,
-            )
-        )
+        out.append(Suggestion.of(change, flags, alt, cost))
     return out
 
 

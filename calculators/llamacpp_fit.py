@@ -766,16 +766,5 @@ def _suggestions(req: FitRequest, base: FitResult) -> list[Suggestion]:
             alt = estimate_llamacpp(FitRequest.model_validate(data), with_suggestions=False)
         except (InputError, ValueError):
             continue
-        out.append(
-            Suggestion(
-                change=change,
-                flags=flags,
-                fits=alt.fits,
-                kv_cache_tokens=alt.kv_cache_tokens,
-                max_concurrency=alt.max_concurrency,
-                num_gpus=alt.num_gpus,
-                kv_cache_gib=alt.per_gpu.kv_cache_gib,
-                cost=cost,
-            )
-        )
+        out.append(Suggestion.of(change, flags, alt, cost))
     return out
