@@ -320,6 +320,23 @@ def _checked_server_class() -> type:
     from pydantic import ValidationError
 
     class CheckedArgumentsServer(MCPServer):
+        async def list_tools(self) -> list[Any]:
+            """The tools with compact listed schemas (``mcp_schema``); calls still validate
+            against the full models."""
+            from mcp_types import Tool as MCPTool
+
+            from inferwise.server.mcp_schema import compact_tool, shared_fields
+
+            shared = shared_fields()
+            return [
+                MCPTool.model_validate(
+                    compact_tool(
+                        t.model_dump(mode="json", by_alias=True, exclude_none=True), shared
+                    )
+                )
+                for t in await super().list_tools()
+            ]
+
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             op = BY_TOOL.get(name)
             if op is not None:

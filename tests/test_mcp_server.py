@@ -385,3 +385,33 @@ def test_unknown_resource_ids_are_errors_that_name_the_closest_match(server) -> 
 
     assert "closest: speculative-decoding" in run(read_error("inferwise://knowledge/spec-decoding"))
     assert "unknown run" in run(read_error("inferwise://runs/no-such-run"))
+
+
+def test_the_tool_listing_stays_cheap_for_an_assistant(server) -> None:
+    """tools/list is paid by every session before the first question: at most 40,000
+    characters for all tools (issue 17), with the contract fields still described."""
+    import json
+
+    from mcp.client import Client
+
+    from inferwise.server.mcp_schema import KEY_OUTPUT_FIELDS
+
+    async def go():
+        async with Client(server) as client:
+            return (await client.list_tools()).tools
+
+    tools = run(go())
+    listing = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
+    assert len(json.dumps(listing)) <= 40_000
+    for tool in listing:
+        out = tool["outputSchema"]
+        assert out["additionalProperties"] is True  # the full result still conforms
+        assert set(out["properties"]) == set(KEY_OUTPUT_FIELDS[tool["name"]]), tool["name"]
+    fit = next(t for t in listing if t["name"] == "estimate_memory_fit")
+    props = fit["inputSchema"]["properties"]
+    assert props["tensor_parallel_size"]["description"].startswith("Tensor-parallel degree")
+    assert props["max_model_len"]["type"] == ["integer", "null"]
+    assert all("title" not in p for p in props.values())
+    predict = next(t for t in listing if t["name"] == "predict_performance")
+    assert "description" not in predict["inputSchema"]["properties"]["gpu"]
+    assert "estimate_memory_fit" in predict["description"]
