@@ -59,39 +59,56 @@ def memory_breakdown(fit: Any, name: str = "fit-memory") -> Figure:
 
 
 def pareto(result: Any, name: str = "recommend-pareto") -> Figure:
-    """Throughput per GPU against speed per user: the frontier the search found."""
+    """Throughput per GPU against speed per user: every priced candidate (meeting the SLO
+    or not), the frontier the search kept joined by a line, the recommended one starred."""
     fig = new_figure(9, 4.5)
     ax = fig.subplots(1, 1)
     style(ax, "Pareto frontier", "output tokens/s per user", "output tokens/s per GPU")
-    points = list(result.pareto)
-    if not points:
+    frontier = sorted(result.pareto, key=lambda p: p.output_tokens_per_s_per_user)
+    if not frontier and not result.candidates:
         empty_note(ax, "no configuration met the targets")
         return to_figure(fig, name, "Pareto frontier")
-    for ok, label, c in ((True, "meets the SLO", colour(2)), (False, "misses the SLO", colour(3))):
-        sel = [p for p in points if p.meets_slo == ok]
+    for ok, label, c in (
+        (True, "candidate, meets the SLO", colour(2)),
+        (False, "candidate, misses it", colour(3)),
+    ):
+        sel = [p for p in result.candidates if p.meets_slo == ok]
         if sel:
             ax.scatter(
                 [p.output_tokens_per_s_per_user for p in sel],
                 [p.output_tokens_per_s_per_gpu for p in sel],
                 color=c,
                 label=label,
-                s=24,
+                s=22,
+                alpha=0.7,
             )
-    line = sorted(points, key=lambda p: p.output_tokens_per_s_per_user)
-    ax.plot(
-        [p.output_tokens_per_s_per_user for p in line],
-        [p.output_tokens_per_s_per_gpu for p in line],
-        color="#7f7f7f",
-        linewidth=1,
-        zorder=0,
-    )
-    for p in line[:12]:
+    if frontier:
+        ax.plot(
+            [p.output_tokens_per_s_per_user for p in frontier],
+            [p.output_tokens_per_s_per_gpu for p in frontier],
+            "-o",
+            color=colour(0),
+            markersize=4,
+            label="Pareto frontier",
+        )
+    for p in frontier[:12]:
         ax.annotate(
             f"{p.gpu} TP{p.tensor_parallel_size} {p.quantization}",
             (p.output_tokens_per_s_per_user, p.output_tokens_per_s_per_gpu),
             fontsize=6,
             xytext=(3, 3),
             textcoords="offset points",
+        )
+    rec = result.recommended
+    if rec is not None:
+        ax.plot(
+            [rec.output_tokens_per_s_per_user],
+            [rec.output_tokens_per_s_per_gpu],
+            "*",
+            markersize=14,
+            color=colour(1),
+            markeredgecolor="black",
+            label="recommended",
         )
     ax.legend(fontsize=8)
     return to_figure(fig, name, "Pareto frontier: throughput per GPU vs speed per user")
