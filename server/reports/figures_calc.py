@@ -121,7 +121,7 @@ def candidate_label(c: Any) -> str:
 def candidate_costs(result: Any, name: str = "recommend-cost") -> Figure:
     """$ per million output tokens and $ per hour per candidate; the recommended one darker."""
     cands = list(result.candidates)[:15]
-    fig = new_figure(12, max(2.5, 0.35 * len(cands) + 1.2))
+    fig = new_figure(12, max(2.5, 0.35 * len(cands) + 1.2), left_in=2.2)
     left, right = fig.subplots(1, 2, sharey=True)
     if not cands:
         empty_note(left, "no candidates")

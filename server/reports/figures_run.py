@@ -180,7 +180,7 @@ def engine_metrics(run: RunView, name: str) -> Figure | None:
     series = {s.concept: s for s in run.series}
     if not any(c in series for c, _ in _ENGINE_COUNTS) and "kv_cache_usage" not in series:
         return None
-    fig = new_figure(12, 3.4)
+    fig = new_figure(12, 3.4, right_in=0.8)
     ax = fig.subplots(1, 1)
     style(
         ax,

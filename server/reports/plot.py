@@ -31,12 +31,23 @@ def colour(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
-def new_figure(width_in: float = 10.0, height_in: float = 4.0) -> Any:
-    """A matplotlib Figure with the report's style (grid, small fonts), not tied to pyplot."""
+def new_figure(
+    width_in: float = 10.0, height_in: float = 4.0, *, left_in: float = 0.75, right_in: float = 0.2
+) -> Any:
+    """A matplotlib Figure with the report's style, not tied to pyplot. Margins are fixed
+    in inches rather than solved by a layout engine, which took half the render time."""
     from matplotlib.figure import Figure as MplFigure
 
-    fig = MplFigure(figsize=(width_in, height_in), dpi=DPI, layout="constrained")
+    fig = MplFigure(figsize=(width_in, height_in), dpi=DPI)
     fig.set_facecolor("white")
+    fig.subplots_adjust(
+        left=left_in / width_in,
+        right=1 - right_in / width_in,
+        bottom=0.6 / height_in,
+        top=1 - 0.4 / height_in,
+        wspace=0.28,
+        hspace=0.3,
+    )
     return fig
 
 
