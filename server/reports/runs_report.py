@@ -20,7 +20,6 @@ from inferwise.server.reports.sweep import knee, load_points
 
 MAX_RUN_SECTIONS = 8
 """Detailed sections (timeline, engine metrics) for at most this many single runs."""
-COMPARE_RESAMPLES = 1000
 
 
 def build_report(run_ids: list[str], db: str | None = None) -> Report:
@@ -78,9 +77,8 @@ def _comparison(data: Loaded) -> Section:
     from inferwise.probes.runs import CompareRunsRequest, compare_runs
 
     ids = [r.run_id for r in data.named][:20]
-    result = compare_runs(
-        CompareRunsRequest(run_ids=ids, db=data.db_path, resamples=COMPARE_RESAMPLES)
-    )
+    # compare_runs' own defaults (seeded bootstrap): the verdicts are those `runs compare` prints
+    result = compare_runs(CompareRunsRequest(run_ids=ids, db=data.db_path))
     notes = [result.method, *result.notes]
     return Section("Comparison (inferwise runs compare)", notes, tables.comparison_tables(result))
 
