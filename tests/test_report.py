@@ -101,7 +101,7 @@ def test_a_sweep_point_brings_its_sweep_with_the_knee_marked(runs) -> None:
     assert all(run_id in report.html for run_id in runs["sweep"])
     names = [f.name for f in report.figures]
     assert any(n.endswith("-latency") for n in names) and any(n.endswith("-goodput") for n in names)
-    assert "Knee (highest goodput" in report.html
+    assert "Knee, by the highest goodput" in report.html
     _self_contained(report)
 
 

@@ -136,9 +136,8 @@ def _sweep_section(group: Group) -> Section:
     if k is not None:
         where = group.runs[k.index]
         verdict = "knee" if k.reached else "no knee within the sweep; the highest point"
-        notes.append(
-            f"Knee ({k.rule}): {verdict} at offered load {where.offered:g} (run {where.run_id})."
-        )
+        load = "?" if where.offered is None else f"{where.offered:g}"
+        notes.append(f"Knee, by {k.rule}: {verdict} at offered load {load} (run {where.run_id}).")
     tbl = [tables.load_points_table(group.runs, k.index if k else None)]
     tbl += [
         tables.client_health_table(r)

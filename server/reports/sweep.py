@@ -70,7 +70,9 @@ def knee(points: list[LoadPoint]) -> Knee | None:
         best = max(goodputs)  # type: ignore[type-var]
         index = next(i for i, g in enumerate(goodputs) if g >= best * (1 - PLATEAU))  # type: ignore[operator]
         reached = index < len(points) - 1
-        return Knee(index, reached, "highest goodput (requests meeting every SLO target per s)")
+        return Knee(
+            index, reached, "the highest goodput (requests meeting every SLO target per second)"
+        )
     return _elasticity_knee(points)
 
 
