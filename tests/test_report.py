@@ -64,6 +64,7 @@ def runs(tmp_path_factory) -> dict:
         "a": a["run_id"],
         "b": b["run_id"],
         "sweep": [p["run_id"] for p in sweep["sweep"]],
+        "sweep_result": sweep,
     }
 
 
@@ -136,6 +137,20 @@ def test_cli_writes_the_page_and_the_pngs(runs, tmp_path, capsys) -> None:
     assert all((pngs / f).read_bytes().startswith(PNG_MAGIC) for f in files)
     assert main(["runs", "show", runs["a"], "--db", runs["db"]]) == 0
     assert f"inferwise report {runs['a']}" in capsys.readouterr().out
+
+
+def test_probe_output_points_to_the_report(runs) -> None:
+    from inferwise.probes.runner import ProbeResult
+    from inferwise.server.render import render
+
+    res = ProbeResult.model_validate(runs["sweep_result"])
+    pointer = [
+        line for line in render("probe.md.j2", res).splitlines() if "inferwise report" in line
+    ]
+    assert pointer == [
+        f"Figures in one HTML page: `inferwise report {res.run_id} -o report-{res.run_id}.html "
+        f"--db {res.db_path}` (the whole sweep, knee marked)."
+    ]
 
 
 @pytest.mark.parametrize(
