@@ -267,3 +267,59 @@ def test_a_real_browser_renders_the_report(runs, tmp_path) -> None:
     if keep:
         small = Image.open(shot).convert("RGB").resize((600, 1000), Image.LANCZOS)
         small.quantize(colors=128).save(keep, optimize=True)
+
+
+def _point(offered: float, rps: float, p95_ms: float, goodput: float | None):
+    from inferwise.server.reports.sweep import LoadPoint
+
+    lat = {
+        m: {"p50": p95_ms / 2, "p95": p95_ms, "p99": p95_ms * 1.2}
+        for m in ("ttft_ms", "itl_ms", "e2e_ms")
+    }
+    return LoadPoint(f"r{offered:g}", offered, rps, rps * 100, goodput, lat)
+
+
+def test_the_knee_is_the_start_of_the_goodput_plateau_or_where_latency_outruns_throughput() -> None:
+    from inferwise.server.reports.sweep import knee
+
+    plateau = [
+        _point(1, 10, 100, 10),
+        _point(2, 19, 110, 19),
+        _point(4, 30, 150, 29.8),
+        _point(8, 31, 900, 30),
+    ]
+    k = knee(plateau)
+    assert (k.index, k.reached) == (2, True) and "goodput" in k.rule
+    no_slo = [_point(1, 10, 100, None), _point(2, 19, 120, None), _point(4, 21, 400, None)]
+    k = knee(no_slo)
+    assert (k.index, k.reached) == (1, True) and "P95 E2E" in k.rule
+    linear = [_point(1, 10, 100, None), _point(2, 20, 101, None)]
+    assert knee(linear).reached is False and knee(linear[:1]) is None
+
+
+def test_a_page_past_the_figure_budget_leaves_the_last_figures_out_and_says_so() -> None:
+    from inferwise.server.reports.html import FIGURE_BUDGET_BYTES, fit_page
+    from inferwise.server.reports.model import Figure, Section
+
+    big = Figure("f", "f", b"x" * (FIGURE_BUDGET_BYTES // 2))
+    sections = [
+        Section("a", figures=[big]),
+        Section("b", figures=[big]),
+        Section("c", figures=[big]),
+    ]
+    kept = fit_page(sections)
+    assert [len(s.figures) for s in kept] == [1, 0, 0]
+    assert "left out of this page" in kept[2].notes[0]
+
+
+def test_a_run_whose_requests_all_failed_still_reports(tmp_path) -> None:
+    from conftest import failed_records, store_run
+
+    db = tmp_path / "runs.db"
+    run_id = store_run(
+        db, failed_records({"http_5xx": 5, "connect_refused": 2}, 0), config={"concurrency": 2}
+    )
+    report = build_report([run_id], str(db))
+    assert [f.name for f in report.figures] == [f"latency-cdf-{run_id}", f"timeline-{run_id}"]
+    assert "http_5xx" in report.html and "No engine metrics were scraped" in report.html
+    _self_contained(report)

@@ -13,7 +13,7 @@ What goes in, by what the ids name:
 from __future__ import annotations
 
 from inferwise.server.reports import figures_run, figures_sweep, tables
-from inferwise.server.reports.html import render_page
+from inferwise.server.reports.html import fit_page, render_page
 from inferwise.server.reports.model import Report, Section, report_id
 from inferwise.server.reports.runs_data import Group, Loaded, RunView, load
 from inferwise.server.reports.sweep import knee, load_points
@@ -29,6 +29,7 @@ def build_report(run_ids: list[str], db: str | None = None) -> Report:
     rid = report_id("runs", {"runs": [r.run_id for r in data.named], "db": data.db_path})
     sections = _overview(data) + _group_sections(data)
     figures = [f for s in sections for f in s.figures]
+    sections = fit_page(sections)
     title = _title(kind, data)
     subtitle = f"{len(data.named)} run(s) named from {data.db_path}"
     html = render_page(title, subtitle, sections, rid)
