@@ -63,6 +63,10 @@ def _target(path_text: str, field: str, folder: bool) -> Path:
         raise InputError(field, f"{path} is a directory", "a file path such as report.html")
     if folder and path.exists() and not path.is_dir():
         raise InputError(field, f"{path} is not a folder", "a folder for the PNG files")
+    if not folder and not path.parent.is_dir():
+        raise InputError(
+            field, f"no folder {path.parent} to write {path.name} into", "an existing folder"
+        )
     return path
 
 
