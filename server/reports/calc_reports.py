@@ -10,14 +10,15 @@ from typing import Any
 
 from inferwise.server.render import fmt, rate
 from inferwise.server.reports import figures_calc
-from inferwise.server.reports.html import render_page
+from inferwise.server.reports.html import fit_page, render_page
 from inferwise.server.reports.model import Report, Section, Table, report_id
 
 
 def _report(kind: str, title: str, subtitle: str, sections: list[Section], inputs: Any) -> Report:
     rid = report_id(kind, inputs)
-    html = render_page(title, subtitle, sections, rid)
-    return Report(rid, title, html, [f for s in sections for f in s.figures], kind)
+    figures = [f for s in sections for f in s.figures]
+    html = render_page(title, subtitle, fit_page(sections), rid)
+    return Report(rid, title, html, figures, kind)
 
 
 def fit_report(fit: Any) -> Report:
