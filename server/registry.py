@@ -273,6 +273,16 @@ OPERATIONS: list[Operation] = [
         func_ref=f"{_P}.runs:export_run",
         template="runs_export.md.j2",
     ),
+    Operation(
+        name="report",
+        summary="Write a self-contained HTML report of stored runs: distributions, timeline, sweep curves, comparison.",
+        input_ref="inferwise.server.reports.command:ReportRequest",
+        output_ref="inferwise.server.reports.command:ReportResult",
+        func_ref="inferwise.server.reports.command:run_report",
+        template="report.md.j2",
+        # figures for a few thousand requests render in seconds on a slow machine
+        compute_budget_s=120.0,
+    ),
 ]
 
 BY_NAME: dict[str, Operation] = {op.name: op for op in OPERATIONS}
