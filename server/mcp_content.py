@@ -64,6 +64,19 @@ def register_resources(server: Any) -> None:
         return f"# {doc.title}\n\n{doc.body_markdown}"
 
     @server.resource(
+        "inferwise://reports/{report_id}",
+        name="report",
+        title="Run report",
+        description="A report render_report made in this server, as one self-contained HTML page.",
+        mime_type="text/html",
+    )
+    def report_page(report_id: str) -> str:
+        from inferwise.server.reports.mcp import page
+
+        with _unknown_id_as_resource_error():
+            return page(report_id)
+
+    @server.resource(
         "inferwise://catalog/gpus",
         name="gpu-catalog",
         title="GPU catalog",

@@ -47,6 +47,7 @@ KEY_OUTPUT_FIELDS: dict[str, tuple[str, ...]] = {
     "search_knowledge": ("hits",),
     "list_runs": ("runs",),
     "compare_runs": ("baseline_id", "candidates", "notes"),
+    "render_report": ("report_id", "kind", "title", "resource_uri", "figures"),
 }  # fmt: skip
 """Per tool, the output fields its listed schema describes; the result holds more."""
 

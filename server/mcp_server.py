@@ -129,15 +129,25 @@ def _heavy_limiter() -> Any:
     return anyio.CapacityLimiter(HEAVY_CALLS_AT_ONCE)
 
 
-def _bounded(op: Operation) -> Any:
-    """`op.func(request)` under the compute budget (set on the thread that runs it)."""
+def _bounded(op: Operation, func: Any = None) -> Any:
+    """`op.func(request)` (or `func`) under the compute budget (set on the thread that runs it)."""
     from inferwise.calculators.deadline import compute_budget, default_budget_s
 
     def run(request: Any) -> Any:
         with compute_budget(default_budget_s(op.compute_budget_s)):
-            return op.func(request)
+            return (func or op.func)(request)
 
     return run
+
+
+async def _run_with_content(op: Operation, request: Any) -> tuple[Any, list[Any]]:
+    """An operation whose MCP reply carries images or links (``op.mcp_ref``), on a worker."""
+    import anyio
+
+    from inferwise.server.registry import _resolve
+
+    func = _bounded(op, _resolve(op.mcp_ref))
+    return await anyio.to_thread.run_sync(func, request, limiter=_heavy_limiter())
 
 
 def _exposed_fields(op: Operation) -> dict[str, Any]:
@@ -159,13 +169,17 @@ def make_tool_function(op: Operation, strict_probe_policy: Any = None) -> Any:
     async def tool(**kwargs: Any) -> Any:
         ctx = kwargs.pop("ctx", None)
         request = _validated(op, kwargs)
+        extra: list[Any] = []
         try:
-            result = await _run(op, request, ctx, strict_probe_policy)
+            if op.mcp_ref:
+                result, extra = await _run_with_content(op, request)
+            else:
+                result = await _run(op, request, ctx, strict_probe_policy)
             text = render(op.template, result)
         except Exception as exc:  # a door never lets an exception through unworded
             raise _tool_error(exc) from None
         return CallToolResult(
-            content=[TextContent(type="text", text=text)],
+            content=[TextContent(type="text", text=text), *extra],
             structured_content=result.model_dump(mode="json"),
         )
 

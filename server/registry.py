@@ -52,6 +52,9 @@ class Operation:
     exit_nonzero_field: str | None = None
     """Output attribute that, when truthy, makes the CLI exit 1 (operational failure)."""
     extra: dict[str, Any] = field(default_factory=dict)
+    mcp_ref: str | None = None
+    """The function the MCP door calls instead of ``func_ref`` when the reply carries more
+    than text: it returns the result and extra content blocks (images, resource links)."""
     compute_budget_s: float = 8.0
     """Compute budget of one call (calculators.deadline): a search runs thousands of
     calculations and gets more than one calculation does."""
@@ -280,6 +283,17 @@ OPERATIONS: list[Operation] = [
         output_ref="inferwise.server.reports.command:ReportResult",
         func_ref="inferwise.server.reports.command:run_report",
         template="report.md.j2",
+        tool_name="render_report",
+        title="Render a run report",
+        description=(
+            "Charts of stored probe runs: TTFT/ITL/E2E distributions with SLO lines, the "
+            "per-request timeline, engine metrics over time, sweep curves with the knee, "
+            "several runs overlaid with runs-compare verdicts. Returns the figures as PNG images "
+            "and a link to the whole page (inferwise://reports/{report_id}). Input: run_ids "
+            "(ids, unique prefixes or latest; the first is the baseline)."
+        ),
+        mcp_ref="inferwise.server.reports.mcp:render_for_mcp",
+        extra={"mcp_hidden": ("output", "png")},
         # figures for a few thousand requests render in seconds on a slow machine
         compute_budget_s=120.0,
     ),

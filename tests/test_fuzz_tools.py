@@ -47,6 +47,7 @@ VALID = {
     "search_knowledge": {"query": "prefix caching"},
     "list_runs": {},
     "compare_runs": {"run_ids": ["a", "b"]},
+    "render_report": {"run_ids": ["latest"]},
     "recommend_deployment": {
         "model": ["meta-llama/Llama-3.2-1B-Instruct"],
         "gpus": ["l4"],

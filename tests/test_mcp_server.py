@@ -83,6 +83,7 @@ def test_every_design_tool_is_listed_with_schemas_and_annotations(server) -> Non
         "list_runs",
         "compare_runs",
         "recommend_deployment",
+        "render_report",
     }
     for tool in tools.values():
         assert tool.output_schema, tool.name

@@ -136,7 +136,7 @@ from mcp.client import Client
 from inferwise.server import mcp_server
 async def go(server):
     async with Client(server, mode="legacy") as client:
-        assert len((await client.list_tools()).tools) == 10
+        assert len((await client.list_tools()).tools) == 11
         r = await client.call_tool("estimate_memory_fit", {json.dumps(FIT)})
         assert not r.is_error
 asyncio.run(go(mcp_server.build_server(lazy_tools=True)))

@@ -323,3 +323,45 @@ def test_a_run_whose_requests_all_failed_still_reports(tmp_path) -> None:
     assert [f.name for f in report.figures] == [f"latency-cdf-{run_id}", f"timeline-{run_id}"]
     assert "http_5xx" in report.html and "No engine metrics were scraped" in report.html
     _self_contained(report)
+
+
+def test_the_mcp_tool_returns_the_figures_as_images_and_the_page_as_a_resource(
+    runs, monkeypatch
+) -> None:
+    """render_report: PNG image content a client can show, a resource link, and the page
+    read back through inferwise://reports/{id}; an unknown id is a resource error."""
+    import asyncio
+    import base64
+
+    from mcp.client import Client
+
+    from inferwise.server.mcp_server import build_server
+
+    monkeypatch.setenv("INFERWISE_DB", runs["db"])
+
+    async def go():
+        async with Client(build_server()) as client:
+            reply = await client.call_tool("render_report", {"run_ids": [runs["a"], runs["b"]]})
+            link = next(c for c in reply.content if c.type == "resource_link")
+            page = await client.read_resource(link.uri)
+            try:
+                await client.read_resource("inferwise://reports/0000000000000000")
+                missing = None
+            except Exception as exc:  # noqa: BLE001 - the SDK raises the server's error
+                missing = str(exc)
+            return reply, link, page, missing
+
+    reply, link, page, missing = asyncio.run(go())
+    assert not reply.is_error
+    images = [c for c in reply.content if c.type == "image"]
+    assert images and all(c.mime_type == "image/png" for c in images)
+    assert base64.b64decode(images[0].data).startswith(PNG_MAGIC)
+    out = reply.structured_content
+    assert link.uri == out["resource_uri"] == f"inferwise://reports/{out['report_id']}"
+    assert out["kind"] == "runs" and len(out["figures"]) >= len(images)
+    html = page.contents[0].text
+    assert (
+        html.lstrip().lower().startswith("<!doctype html")
+        and len(html.encode()) == out["html_bytes"]
+    )
+    assert missing and "render it again" in missing

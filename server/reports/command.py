@@ -53,6 +53,9 @@ class ReportResult(BaseModel):
     title: str
     run_ids: list[str]
     path: str | None = Field(default=None, description="The HTML file written.")
+    resource_uri: str | None = Field(
+        default=None, description="MCP: the page as a resource (inferwise://reports/{id})."
+    )
     html_bytes: int
     figures: list[WrittenFigure]
 
