@@ -110,10 +110,39 @@ def read_folder(folder: Path) -> TensorTable | None:
     files = sorted(folder.glob("*.safetensors"))[:MAX_SHARDS]
     if not files:
         return None
+    _check_index(folder, {f.name for f in files})
     tensors: list[CheckpointTensor] = []
     for path in files:
         tensors += read_file_header(path)
     return TensorTable(tuple(tensors), str(folder))
+
+
+def _check_index(folder: Path, present: set[str]) -> None:
+    """An interrupted download: a shard the index names is not in the folder."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return
+    try:
+        weight_map = json.loads(index.read_text()).get("weight_map", {})
+    except (OSError, ValueError, AttributeError):
+        return  # the index is the catalog's concern; the headers still count
+    missing = (
+        sorted({str(v) for v in weight_map.values()} - present)
+        if isinstance(weight_map, dict)
+        else []
+    )
+    if missing:
+        raise InputError(
+            "model",
+            f"shard '{missing[0]}' named by model.safetensors.index.json is not in {folder.name}"
+            + (f" ({len(missing)} missing)" if len(missing) > 1 else ""),
+        )
+
+
+def missing_layers(table: TensorTable, num_layers: int) -> list[int]:
+    """Decoder layers the config has and the checkpoint's tensors lack."""
+    have = {t.layer for t in table.tensors}
+    return [i for i in range(num_layers) if i not in have]
 
 
 def read_file_header(path: Path) -> list[CheckpointTensor]:

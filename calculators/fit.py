@@ -133,7 +133,7 @@ class FitRequest(Deployment):
     limit_mm_per_prompt: dict[str, Annotated[int, Field(ge=0, le=1_000_000)]] | None = Field(
         default=None,
         description="Multimodal items per prompt by modality (vLLM --limit-mm-per-prompt), e.g. "
-        "image=0 video=0 to serve a vision-language model text-only, which skips the vision "
+        "image=0,video=0 to serve a vision-language model text-only, which skips the vision "
         "encoder's start-up profiling. Default: vLLM's (V1: 999 per modality, V0: 1).",
     )
     mm_processor_kwargs: dict[str, int] = Field(
@@ -502,6 +502,11 @@ def _estimate(
 def _check_engine_fields(req: FitRequest) -> None:
     """Flags of one engine given to another are an error, not silently ignored."""
     given = req.model_fields_set
+    if req.engine != "llama.cpp" and req.model.strip().lower().endswith(".gguf"):
+        raise InputError(
+            "model",
+            f"is a GGUF file: add --engine llama.cpp ({req.engine}'s GGUF loading is not modelled)",
+        )
     if req.engine != "llama.cpp":
         stray = [f for f in LLAMACPP_ONLY if getattr(req, f) is not None]
         stray += ["flash_attn"] if req.flash_attn != "auto" else []
@@ -519,6 +524,25 @@ def _check_engine_fields(req: FitRequest) -> None:
         "flashinfer_sampler",
         "mxfp4_moe_kernel",
     )
+    changed = {
+        "kv_cache_dtype": req.kv_cache_dtype != "auto",
+        "gpu_memory_utilization": req.gpu_memory_utilization != 0.9,
+        "enforce_eager": req.enforce_eager,
+        "quantization": req.quantization is not None,
+        "dtype": req.dtype != "auto",
+        "limit_mm_per_prompt": req.limit_mm_per_prompt is not None,
+        "mamba_cache_mode": req.mamba_cache_mode is not None,
+        "chunked_local_attn_hybrid": req.chunked_local_attn_hybrid,
+        "hf_overrides": bool(req.hf_overrides),
+    }
+    for name, is_set in changed.items():
+        if is_set:
+            twin = {"kv_cache_dtype": "--cache-type-k/-v (-ctk/-ctv)"}.get(name)
+            raise InputError(
+                name,
+                "is not a llama.cpp setting (its GGUF file fixes the weights)"
+                + (f"; use {twin}" if twin else ""),
+            )
     for name in vllm_only:
         if name in given and getattr(req, name) is not None:
             twin = {"max_model_len": "--ctx-size (-c)", "max_num_seqs": "--parallel (-np)"}
@@ -675,7 +699,18 @@ def _headers_apply(r: _Replica) -> bool:
     if r.source.tensors is None or r.req.quantization is not None or r.req.dtype != "auto":
         return False
     stored = (r.arch.torch_dtype or "").lower().removeprefix("torch.")
-    return r.scheme.method != "mxfp4" and stored not in ("float32", "float")
+    if r.scheme.method == "mxfp4" or stored in ("float32", "float"):
+        return False
+    from .checkpoint_tensors import missing_layers
+
+    gaps = missing_layers(r.source.tensors, r.arch.num_layers)
+    if gaps:
+        r.notes.warnings.append(
+            f"the checkpoint's tensors lack {len(gaps)} of the config's {r.arch.num_layers} "
+            f"layers (first: {gaps[0]}): an incomplete download? weights from config.json"
+        )
+        return False
+    return True
 
 
 def _measured_weights(r: _Replica, computed: WeightBytes, with_encoders: bool) -> WeightBytes:
@@ -1195,7 +1230,7 @@ def _mm_notes(
         f"{tokens:,} tokens per image: {how}), {items} dummy image(s) of {patches:,} patches; "
         f"modelled encoder peak {peak / GiB:.2f} GiB (a shape model, no log separates it) and "
         f"{outputs / GiB:.2f} GiB of encoder outputs held through the text model's dummy run; "
-        "lower it with limit_mm_per_prompt or mm_processor_kwargs, or image=0 video=0 for text-only"
+        "lower it with limit_mm_per_prompt or mm_processor_kwargs, or image=0,video=0 for text-only"
     )
     notes.quantities.append(
         Quantity(

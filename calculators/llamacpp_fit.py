@@ -251,7 +251,9 @@ def settings_for(
     else:
         n_ctx_seq = pad(n_ctx // slots)
         n_ctx = n_ctx_seq * slots
-    n_ubatch = min(ubatch_size or DEFAULT_UBATCH, DEFAULT_BATCH, n_ctx)
+    # n_batch = min(-c as given, -b) before the padding (llama-context.cpp), so a short
+    # -c also shortens the ubatch
+    n_ubatch = min(ubatch_size or DEFAULT_UBATCH, DEFAULT_BATCH, ctx_size or n_ctx)
     return Settings(
         n_ctx, n_ctx_seq, slots, unified, n_ubatch, type_k, type_v, flash_attn, swa_full, ctx_auto
     )
@@ -327,7 +329,8 @@ def compute_buffer_bytes(shape: Shape, s: Settings, holds_output: bool) -> int:
     lives through the whole graph:
 
     * mask: ``u x n_ctx_seq`` in f16 with flash attention, f32 without;
-    * FFN: ``u x (3 n_ff + min(n_ff, 2048))`` floats (gate, up, their product);
+    * FFN: ``u x (3 n_ff + min(n_ff, 4 n_embd))`` floats (gate, up, their product, and
+      the residual stream's copies);
     * attention: ``u x 5 n_embd`` floats with flash attention; without it the scores
       ``u x n_ctx_seq x n_head`` floats plus ``u x 5.5 n_embd``;
     * the logits: this build reserves the graph with ``n_outputs = n_seq_max`` (one token
@@ -340,7 +343,7 @@ def compute_buffer_bytes(shape: Shape, s: Settings, holds_output: bool) -> int:
     u, ctx = s.n_ubatch, s.n_ctx_seq
     ff = shape.n_ff_active
     mask = u * ctx * (2 if s.flash_attn else 4)
-    ffn = u * 4 * (3 * ff + min(ff, 2048))
+    ffn = u * 4 * (3 * ff + min(ff, 4 * shape.n_embd))
     if s.flash_attn:
         attn = u * 4 * 5 * shape.n_embd
     else:
@@ -470,6 +473,15 @@ def estimate_llamacpp(req: FitRequest, with_suggestions: bool = True) -> FitResu
     notes = _Notes()
     gpu, total_gib = _gpu_memory(req, notes)
     devices = req.num_gpus or 1
+    if devices > shape.n_layer + 1:
+        raise InputError(
+            "num_gpus",
+            f"{devices} GPUs for {shape.n_layer} layers and the output: llama.cpp deals whole "
+            "layers, so some would hold nothing",
+            accepted=f"1..{shape.n_layer + 1}",
+        )
+    if not req.ctx_size and shape.n_ctx_train <= 0:
+        raise InputError("ctx_size", "the GGUF states no training context; give -c N")
     settings = _settings(req, shape, notes)
     start = settings
     if settings.ctx_auto:
@@ -567,7 +579,9 @@ class _Fitted:
 
     @property
     def fits(self) -> bool:
-        return all(d.used <= self.total for d in self.mems)
+        """Every GPU keeps the --fit step's 1,024 MiB free (below it llama-server, with its
+        default --fit on, moves layers to the CPU even when -c is given)."""
+        return all(d.used <= self.total - FIT_MARGIN_BYTES for d in self.mems)
 
 
 def _result(req: FitRequest, f: _Fitted, notes: _Notes) -> FitResult:
@@ -610,7 +624,7 @@ def _result(req: FitRequest, f: _Fitted, notes: _Notes) -> FitResult:
         kv_cache_blocks=full_cells,
         kv_cache_tokens=full_cells,
         max_concurrency=round(full_cells / s.n_ctx_seq, 4) if s.n_ctx_seq else 0.0,
-        answer=_answer(req, s),
+        answer=_answer(req, s, notes),
         quantities=notes.quantities,
         assumptions=notes.assumptions,
         warnings=notes.warnings,
@@ -677,6 +691,13 @@ def _quantities(f: _Fitted) -> list[Quantity]:
 
 
 def _verdict(fits: bool, m: DeviceMemory, total: float, s: Settings) -> str:
+    if not fits and m.used <= total:
+        return (
+            f"Does not fit on the GPUs alone: the fullest needs {m.used / GiB:.2f} GiB of its "
+            f"{total / GiB:.2f} GiB, leaving less than the 1,024 MiB llama-server's --fit step "
+            "(on by default) keeps free, so it moves layers to the CPU; shorten -c, quantize "
+            "the cache or add a GPU (or start with -fit off and no margin)."
+        )
     if fits:
         return (
             f"Fits: {s.n_ctx:,} KV cells ({s.slots} slot(s), up to {s.n_ctx_seq:,} tokens each"
@@ -685,18 +706,28 @@ def _verdict(fits: bool, m: DeviceMemory, total: float, s: Settings) -> str:
         )
     return (
         f"Does not fit: weights, KV cache and buffers need {m.used / GiB:.2f} GiB on the fullest "
-        f"GPU, more than its {total / GiB:.2f} GiB; llama-server would fail to allocate or, "
-        "with -c unset, move layers to the CPU."
+        f"GPU, more than its {total / GiB:.2f} GiB; llama-server's --fit step (on by default) "
+        "moves layers to the CPU (slow), and with -fit off it fails to allocate."
     )
 
 
-def _answer(req: FitRequest, s: Settings) -> QuestionAnswer | None:
+def _answer(req: FitRequest, s: Settings, notes: _Notes) -> QuestionAnswer | None:
     from .fit import QuestionAnswer
 
     if req.context_tokens is None and req.concurrency is None:
         return None
     ctx = req.context_tokens or s.n_ctx_seq
     conc = req.concurrency or 1
+    if conc > s.slots:
+        notes.warnings.append(
+            f"--concurrency {conc} exceeds the {s.slots} slot(s) (-np): llama-server queues "
+            "the rest; raise -np"
+        )
+    if ctx > s.n_ctx_seq:
+        notes.warnings.append(
+            f"--context-tokens {ctx:,} exceeds a slot's {s.n_ctx_seq:,} tokens: such requests "
+            "are refused or shifted; raise -c"
+        )
     if s.unified:
         at_ctx = min(s.slots, s.n_ctx // ctx) if ctx <= s.n_ctx_seq else 0
         at_conc = min(s.n_ctx_seq, s.n_ctx // conc) if conc <= s.slots else 0

@@ -165,3 +165,23 @@ def test_a_broken_header_leaves_the_arithmetic_and_says_which_file(tmp_path: Pat
         assert any(shard.name in a and says in a for a in r.assumptions), r.assumptions
     with pytest.raises(InputError, match="dtype 'Q9'"):
         ct.tensor("w", "Q9", [1])
+
+
+def test_an_incomplete_download_leaves_the_arithmetic_and_says_what_is_missing(
+    tmp_path: Path,
+) -> None:
+    cfg = dict(load_model("meta-llama/Llama-3.1-8B-Instruct").config)
+    tensors = dense_tensors(cfg)
+    folder = write_checkpoint(tmp_path / "partial", cfg, tensors, shards=2)
+    shards = sorted(folder.glob("*.safetensors"))
+    index = {"metadata": {}, "weight_map": {name: shards[-1].name for name in tensors}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    shards[-1].unlink()  # the second shard never arrived
+    r = fit(str(folder))
+    assert not weights_quantity(r).startswith("measured")
+    assert any(shards[-1].name in a and "is not in" in a for a in r.assumptions), r.assumptions
+    # no index, half the layers: the config's layers are not all there
+    (folder / "model.safetensors.index.json").unlink()
+    r = fit(str(folder))
+    assert not weights_quantity(r).startswith("measured")
+    assert any("lack" in w and "layers" in w for w in r.warnings), r.warnings

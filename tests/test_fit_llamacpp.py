@@ -307,5 +307,35 @@ def test_compute_buffers_match_the_measured_cpu_runs_and_published_cuda_logs() -
     data = tomllib.loads(COMPUTE_DATA.read_text())
     cpu = [abs(_compute_mib(r) / r["compute_mib"] - 1) for r in data["cpu"]]
     assert len(cpu) >= 40 and max(cpu) < 0.03
+    review = [abs(_compute_mib(r) / r["compute_mib"] - 1) for r in data["cpu_review"]]
+    assert max(review) < 0.08
     cuda = [abs(_compute_mib(r) / r["compute_mib"] - 1) for r in data["cuda"]]
     assert len(cuda) == 4 and max(cuda) < 0.08  # the CUDA backend's own scratch on top
+
+
+def test_vllm_settings_are_refused_and_the_fit_margin_applies_with_c_given(tmp_path: Path) -> None:
+    llama = write_gguf(
+        tmp_path / "m.gguf", "llama", n_layer=32, n_embd=4096, n_head=32, n_head_kv=8
+    )
+    with pytest.raises(InputError, match="-ctk"):
+        fit(llama, ctx_size=4096, kv_cache_dtype="fp8")
+    for flags in (
+        {"enforce_eager": True},
+        {"quantization": "awq"},
+        {"gpu_memory_utilization": 0.5},
+    ):
+        with pytest.raises(InputError, match="not a llama.cpp setting"):
+            fit(llama, ctx_size=4096, **flags)
+    with pytest.raises(InputError, match="whole layers"):
+        fit(llama, ctx_size=4096, num_gpus=40)
+    # 128 KiB per cell: 30,720 cells are 3.75 GiB; on a 6.2 GiB GPU less than 1 GiB stays free
+    tight = fit(llama, ctx_size=30720, gpu_memory_gib=6.2)
+    assert tight.per_gpu.headroom_gib < 1.0
+    assert not tight.fits and "--fit step" in tight.verdict
+    busy = fit(llama, ctx_size=8192, parallel=2, concurrency=3)
+    assert any("exceeds the 2 slot(s)" in w for w in busy.warnings)
+
+
+def test_a_gguf_file_for_vllm_points_to_the_llamacpp_engine(llama: Path) -> None:
+    with pytest.raises(InputError, match="add --engine llama.cpp"):
+        estimate_fit(FitRequest(model=str(llama), gpu="l4"))
