@@ -197,11 +197,19 @@ def PydanticUndefined() -> Any:  # noqa: N802 - mirrors pydantic's sentinel name
     return undefined
 
 
-def build_parser(prog: str, model: Any, description: str, with_json: bool) -> tuple[_Parser, dict]:
+def build_parser(
+    prog: str, model: Any, description: str, with_json: bool, with_report: bool = False
+) -> tuple[_Parser, dict]:
     parser = _Parser(prog=prog, description=description)
     converters = {name: _add_field(parser, name, info) for name, info in model.model_fields.items()}
     if with_json:
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    if with_report:
+        parser.add_argument(
+            "--report",
+            metavar="FILE.html",
+            help="also write the result as a self-contained HTML report with its figures",
+        )
     return parser, converters
 
 
@@ -237,14 +245,25 @@ def validation_message(model: Any, exc: Any, flag_style: bool = True) -> str:
 
 
 def parse_input(
-    op_name: str, model: Any, argv: list[str], description: str, with_json: bool = True
+    op_name: str,
+    model: Any,
+    argv: list[str],
+    description: str,
+    with_json: bool = True,
+    report_to: list[str] | None = None,
 ):
-    """Parse argv into a validated model instance; returns (instance, wants_json)."""
+    """Parse argv into a validated model instance; returns (instance, wants_json). With
+    ``report_to`` (a list) the command takes --report, whose path is appended to it."""
     from pydantic import ValidationError
 
-    parser, converters = build_parser(f"inferwise {op_name}", model, description, with_json)
+    parser, converters = build_parser(
+        f"inferwise {op_name}", model, description, with_json, report_to is not None
+    )
     ns = vars(parser.parse_args(argv))
     wants_json = bool(ns.pop("json", False))
+    report = ns.pop("report", None)
+    if report_to is not None and report:
+        report_to.append(report)
     data = {k: converters[k](v) for k, v in ns.items()}
     try:
         return model.model_validate(data), wants_json
@@ -272,7 +291,10 @@ async def _stderr_progress(done: float, total: float | None, message: str = "") 
 
 
 def run_operation(op: Operation, argv: list[str]) -> int:
-    request, wants_json = parse_input(op.name, op.input_model, argv, op.summary)
+    reports: list[str] | None = [] if op.extra.get("report") else None
+    request, wants_json = parse_input(op.name, op.input_model, argv, op.summary, report_to=reports)
+    if reports:
+        _report_target(reports[0])  # a bad path fails before the work, not after
     if op.is_async:
         import inspect
 
@@ -293,9 +315,33 @@ def run_operation(op: Operation, argv: list[str]) -> int:
         from inferwise.server.render import render
 
         sys.stdout.write(render(op.template, result))
+    if reports:
+        _write_report(op, result, reports[0])
     if op.exit_nonzero_field and getattr(result, op.exit_nonzero_field, False):
         return 1
     return 0
+
+
+def _report_target(path_text: str) -> Any:
+    from pathlib import Path
+
+    path = Path(path_text).expanduser()
+    if path.is_dir() or not path.parent.is_dir():
+        raise InputError("report", f"cannot write {path}", "a file path in an existing folder")
+    return path
+
+
+def _write_report(op: Operation, result: Any, path_text: str) -> None:
+    """The calculator's result as an HTML report (server.reports), beside the table."""
+    import inferwise.server.reports as reports
+
+    report = getattr(reports, op.extra["report"])(result)
+    path = _report_target(path_text)
+    try:
+        path.write_text(report.html, encoding="utf-8")
+    except OSError as exc:
+        raise OperationalError(f"cannot write the report: {exc.strerror or exc}") from None
+    sys.stderr.write(f"report: {path} ({len(report.figures)} figure(s))\n")
 
 
 def _top_help() -> str:

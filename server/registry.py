@@ -97,6 +97,7 @@ OPERATIONS: list[Operation] = [
             "cache and headroom, the KV cache size in tokens and the maximum concurrency at the "
             "context length, as the engine itself would report them. Memory in GiB (2^30 bytes)."
         ),
+        extra={"report": "fit_report"},
     ),
     Operation(
         name="predict",
@@ -114,6 +115,7 @@ OPERATIONS: list[Operation] = [
             "input_tokens and output_tokens per request, and concurrency or request_rate "
             "(requests/s; inf = all at once). Times in ms, throughput per second."
         ),
+        extra={"report": "predict_report"},
     ),
     Operation(
         name="budget",
@@ -150,6 +152,7 @@ OPERATIONS: list[Operation] = [
             "spares, $/hour, $ per million tokens and per successful request, the vllm serve line "
             "and the probe that verifies it."
         ),
+        extra={"report": "recommend_report"},
         compute_budget_s=120.0,
     ),
     Operation(

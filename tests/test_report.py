@@ -365,3 +365,16 @@ def test_the_mcp_tool_returns_the_figures_as_images_and_the_page_as_a_resource(
         and len(html.encode()) == out["html_bytes"]
     )
     assert missing and "render it again" in missing
+
+
+def test_calculator_commands_write_their_report_with_report(tmp_path, capsys) -> None:
+    fit_page, pred_page = tmp_path / "fit.html", tmp_path / "predict.html"
+    base = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "l4"]
+    assert main(["fit", *base, "--max-model-len", "8192", "--report", str(fit_page)]) == 0
+    assert main(["predict", *base, "--max-model-len", "8192", "--input-tokens", "200", "--output-tokens", "20",
+                 "--concurrency", "2", "--report", str(pred_page)]) == 0  # fmt: skip
+    for page in (fit_page, pred_page):
+        html = page.read_text()
+        assert "data:image/png;base64," in html and "http://" not in html.split("<body", 1)[1]
+    assert "report: " in capsys.readouterr().err
+    assert main(["fit", *base, "--report", str(tmp_path / "no" / "x.html")]) == 2
