@@ -221,7 +221,8 @@ def _vllm_rules(version: str | None) -> VllmRules:
     v = parse_version(requested)
     base = _nearest_known(v, VLLM_KNOWN_VERSIONS)
     notes: list[str] = []
-    if version is not None and requested.split("+")[0].lstrip("v") not in VLLM_KNOWN_VERSIONS:
+    exact = any(parse_version(k) == v for k in VLLM_KNOWN_VERSIONS)
+    if version is not None and not exact:
         newest = parse_version(VLLM_KNOWN_VERSIONS[-1])
         if v > newest:
             notes.append(
@@ -230,7 +231,10 @@ def _vllm_rules(version: str | None) -> VllmRules:
         elif v < parse_version(VLLM_KNOWN_VERSIONS[0]):
             notes.append(f"vLLM {requested} predates the rules known here; used those of {base}")
         else:
-            notes.append(f"no rules recorded for vLLM {requested} exactly; used those of {base}")
+            notes.append(
+                f"vLLM {requested}: the rules of {base} apply (no rule modelled here changes "
+                "between them)"
+            )
     return VllmRules(
         version=requested,
         rules_from=base,
