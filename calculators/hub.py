@@ -40,6 +40,9 @@ _unreachable_until = 0.0
 _answers: dict[tuple[str, str, HubSettings], HubFiles | InputError] = {}
 """What the Hub said per repo, revision and settings: files, or the refusal. "Not
 reachable" is not kept: after RETRY_AFTER_FAILURE_S the Hub is asked again."""
+_misses: dict[tuple[str, str, HubSettings], float] = {}
+"""Repos the local cache lacked while offline, until when that answer stands (the end of
+the pause), so a search over a catalog model does not search the cache on every call."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,10 @@ def fetch(repo_id: str, revision: str | None = None) -> HubFiles | None:
         raise known
     if known is not None:
         return known
-    offline = settings.offline or time.monotonic() < _unreachable_until
+    now = time.monotonic()
+    offline = settings.offline or now < _unreachable_until
+    if offline and _misses.get(key, 0.0) > now:
+        return None  # still offline, and the local cache lacked it moments ago
     if not offline and not _reachable(repo_id, revision or "main", settings):
         _unreachable_until = time.monotonic() + RETRY_AFTER_FAILURE_S
         offline = True
@@ -121,6 +127,9 @@ def fetch(repo_id: str, revision: str | None = None) -> HubFiles | None:
         raise
     if files is not None:
         _answers[key] = files
+    elif offline:
+        # a search asks thousands of times; the cache is looked at again after the pause
+        _misses[key] = now + RETRY_AFTER_FAILURE_S
     return files
 
 
@@ -337,3 +346,4 @@ def forget() -> None:
     global _unreachable_until
     _unreachable_until = 0.0
     _answers.clear()
+    _misses.clear()
