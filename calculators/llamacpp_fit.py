@@ -618,7 +618,7 @@ def _result(req: FitRequest, f: _Fitted, notes: _Notes) -> FitResult:
         weights_bytes_total=f.model.total_bytes,
         checkpoint_bytes=f.model.total_bytes,
         per_gpu=_per_gpu(m, f.total),
-        kv_bytes_per_token=int(round(per_token / len(f.mems))),
+        kv_bytes_per_token=int(round(_per_token_on(f, f.mems.index(m)))),
         kv_bytes_per_token_total=int(round(per_token)),
         kv_bytes_per_token_per_layer=_per_layer_kind(f.shape, s),
         kv_cache_blocks=full_cells,
@@ -629,6 +629,16 @@ def _result(req: FitRequest, f: _Fitted, notes: _Notes) -> FitResult:
         assumptions=notes.assumptions,
         warnings=notes.warnings,
         suggestions=[],
+    )
+
+
+def _per_token_on(f: _Fitted, device: int) -> float:
+    """KV bytes one cell of the full-attention layers costs on one GPU (its layers only)."""
+    n, devices = f.shape.n_layer, len(f.mems)
+    return sum(
+        layer_cell_bytes(f.shape, f.s, i)
+        for i in range(n)
+        if not f.shape.swa_layers[i] and device_of_layer(i, n, devices) == device
     )
 
 
