@@ -165,6 +165,8 @@ def _walk(node: Any, defs: dict[str, Any], short: bool) -> Any:
             continue  # restates the property name
         if key in LISTING_ONLY or (key == "default" and value is None):
             continue  # null is what an optional field defaults to
+        if key in ("maximum", "exclusiveMaximum") and _is_sanity_cap(value):
+            continue  # a bound against absurd input, not a limit a caller plans with
         if key == "description" and isinstance(value, str) and short:
             out[key] = _first_sentence(value)
         elif key in ("properties", "$defs") and isinstance(value, dict):
@@ -172,6 +174,15 @@ def _walk(node: Any, defs: dict[str, Any], short: bool) -> Any:
         else:
             out[key] = _walk(value, defs, short)
     return out
+
+
+SANITY_CAP = 1 << 20
+"""Upper bounds at or above this (2^30 tokens, a million sequences...) only keep absurd
+input out; the server enforces them and its error names them."""
+
+
+def _is_sanity_cap(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= SANITY_CAP
 
 
 def _fold_nullable(node: dict[str, Any]) -> dict[str, Any]:
