@@ -31,7 +31,7 @@ PERCENTILES = (50, 90, 95, 99)
 MAX_REQUESTS = 4000
 
 
-class PredictRequest(Deployment, SpeculativeFields):
+class PredictRequest(SpeculativeFields, Deployment):
     """A deployment and the load to predict it under."""
 
     model_config = ConfigDict(extra="forbid")
@@ -400,6 +400,7 @@ def predict_performance(req: PredictRequest) -> PredictResult:
             mean_out,
             itl.mean if itl else None,
             stats.output_tokens_per_s,
+            closed_loop=req.concurrency is not None or req.request_rate is None,
         )
     return PredictResult(
         model=req.model,

@@ -158,18 +158,24 @@ def alpha_from_tau(tau: float, k: int) -> float:
 
 @dataclass(frozen=True)
 class Acceptance:
-    """How many tokens a verify step emits, for any K, and where that came from."""
+    """How many tokens a verify step emits, for any K, and where that came from.
+
+    ``measured`` holds (K, TAU) pairs that were measured (the user's one, or a published
+    table): TAU at a measured K is the measurement; elsewhere the geometric model with
+    the rate fitted at the nearest measured K (or the given rate).
+    """
 
     alpha: float
     source: str
-    measured_k: int | None = None
-    measured_tau: float | None = None
+    measured: tuple[tuple[int, float], ...] = ()
 
     def tau(self, k: int) -> float:
-        """TAU at `k`: the measured value at its own K, the geometric model elsewhere."""
-        if self.measured_k == k and self.measured_tau is not None:
-            return self.measured_tau
-        return tau_from_alpha(self.alpha, k)
+        if not self.measured:
+            return tau_from_alpha(self.alpha, k)
+        near_k, near_tau = min(self.measured, key=lambda m: abs(m[0] - k))
+        if near_k == k:
+            return near_tau
+        return tau_from_alpha(alpha_from_tau(near_tau, near_k), k)
 
 
 @lru_cache(maxsize=1)
@@ -193,11 +199,15 @@ def default_acceptance(method: str, task: str, k: int | None) -> Acceptance:
             want = k if k is not None else ks[len(ks) // 2]
             i = min(range(len(ks)), key=lambda j: abs(ks[j] - want))
             alpha = alpha_from_tau(taus[i], ks[i])
+            table = ", ".join(f"{t:g} at K={j}" for j, t in zip(ks, taus, strict=True))
             source = (
-                f"default for {method} on {task}: acceptance length {taus[i]:g} at K={ks[i]} "
-                f"({m['model']}, {m['dataset']}; {m['source']}), per-token rate {alpha:.3f}"
+                f"default for {method} on {task}: measured acceptance length {table} "
+                f"({m['model']}, {m['dataset']}; {m['source']}); per-token rate {alpha:.3f} "
+                f"at K={ks[i]}"
             )
-            return Acceptance(alpha=alpha, source=source, measured_k=ks[i], measured_tau=taus[i])
+            return Acceptance(
+                alpha=alpha, source=source, measured=tuple(zip(ks, taus, strict=True))
+            )
     tasks = sorted({m["task"] for m in _measurements() if m["method"] == method})
     raise InputError(
         "spec_acceptance_length",
@@ -216,8 +226,7 @@ def resolve_acceptance(req: Any) -> Acceptance:
         return Acceptance(
             alpha=alpha_from_tau(tau, k),
             source=f"given: acceptance length {tau:g} at K={k}",
-            measured_k=k,
-            measured_tau=tau,
+            measured=((int(k), tau),),
         )
     if req.spec_acceptance_rate is not None:
         return Acceptance(
@@ -480,7 +489,10 @@ class SpeculativeResult(BaseModel):
     draft_ms: float
     verify_ms: float
     itl_ms_mean: float = Field(description="Mean inter-token latency with speculation, ms.")
-    output_tokens_per_s: float = Field(description="Output tokens/s with speculation.")
+    output_tokens_per_s: float = Field(
+        description="Output tokens/s with speculation: closed loop, the plain rate x "
+        "throughput_speedup; open loop below saturation, the offered load sets it (= plain)."
+    )
     drafter_weight_gib_per_gpu: float
     kv_cache_tokens: int = Field(description="KV cache with the drafter's weights and KV charged.")
     recommendation: list[SpecLevel]
@@ -526,6 +538,7 @@ def evaluate(
     mean_out: float,
     plain_itl_ms: float | None,
     plain_tokens_per_s: float,
+    closed_loop: bool = True,
 ) -> SpeculativeResult:
     """Speculative decoding at the simulated load, plus a recommendation per load level.
 
@@ -564,10 +577,16 @@ def evaluate(
     notes = [
         *drafter.notes,
         "acceptance " + acc.source,
-        "TAU at other K from the geometric model (each draft position accepted with the same rate)",
+        "TAU at an unmeasured K from the geometric model (each draft position accepted with "
+        "the same rate, fitted at the nearest measured K)",
         "verify step: K+1 query tokens per sequence, each sequence's KV read once",
         "speculative ITL and throughput scale the plain simulation's decode phase at its mean batch",
     ]
+    if not closed_loop:
+        notes.append(
+            "open loop: the offered rate sets the output rate; throughput_speedup is the extra "
+            "capacity at this batch"
+        )
     if kv_tokens < target.kv_capacity_tokens * 0.999:
         notes.append(
             f"KV cache shrinks from {target.kv_capacity_tokens:,} to {kv_tokens:,} tokens "
@@ -588,7 +607,7 @@ def evaluate(
         draft_ms=draft,
         verify_ms=ver,
         itl_ms_mean=(plain_itl_ms / gain) if plain_itl_ms else (draft + ver) / tau,
-        output_tokens_per_s=plain_tokens_per_s * thr,
+        output_tokens_per_s=plain_tokens_per_s * thr if closed_loop else plain_tokens_per_s,
         drafter_weight_gib_per_gpu=drafter.weight_bytes_per_gpu / GIB,
         kv_cache_tokens=kv_tokens,
         recommendation=rec,
