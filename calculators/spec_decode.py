@@ -425,8 +425,10 @@ def verify_ms(target: Any, batch: int, context_tokens: float, k: int) -> float:
 
 
 def spec_step_ms(drafter: Drafter, target: Any, batch: int, ctx: float, k: int) -> float:
-    """One speculative engine step: draft K tokens, then verify K+1."""
-    return drafter.draft_ms(batch, ctx, k) + verify_ms(target, batch, ctx, k)
+    """One speculative engine step: draft K tokens, then verify K+1, plus the fixed
+    bookkeeping a speculative step adds (draft-input preparation, rejection sampling)."""
+    extra = drafter_constants()["spec_step_overhead_ms"]
+    return drafter.draft_ms(batch, ctx, k) + verify_ms(target, batch, ctx, k) + extra
 
 
 def itl_speedup(
@@ -557,7 +559,7 @@ def evaluate(
         k, chosen = (best or 1), "best at this load"
     tau = acc.tau(k)
     plain = target.decode_ms(b, ctx)
-    draft = drafter.draft_ms(b, ctx, k)
+    draft = drafter.draft_ms(b, ctx, k) + drafter_constants()["spec_step_overhead_ms"]
     ver = verify_ms(target, b, ctx, k)
     gain = tau * plain / (draft + ver)
     thr = _throughput_gain(target, b, mean_in, mean_out, plain, (draft + ver) / tau)
