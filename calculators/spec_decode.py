@@ -170,12 +170,23 @@ class Acceptance:
     measured: tuple[tuple[int, float], ...] = ()
 
     def tau(self, k: int) -> float:
+        """TAU at `k`: measured where measured; linear in K between two measured K (never
+        decreasing, as long as the measurements do not); outside them the geometric
+        model with the per-token rate fitted at the nearest measured K."""
         if not self.measured:
             return tau_from_alpha(self.alpha, k)
-        near_k, near_tau = min(self.measured, key=lambda m: abs(m[0] - k))
-        if near_k == k:
-            return near_tau
-        return tau_from_alpha(alpha_from_tau(near_tau, near_k), k)
+        points = sorted(self.measured)
+        k_lo, t_lo = points[0]
+        k_hi, t_hi = points[-1]
+        if k <= k_lo:
+            return tau_from_alpha(alpha_from_tau(t_lo, k_lo), k) if k < k_lo else t_lo
+        if k >= k_hi:
+            a = alpha_from_tau(t_hi, k_hi)
+            return t_hi + tau_from_alpha(a, k) - tau_from_alpha(a, k_hi)
+        for (k0, t0), (k1, t1) in zip(points, points[1:], strict=False):
+            if k0 <= k <= k1:
+                return t0 + (t1 - t0) * (k - k0) / (k1 - k0)
+        return t_hi  # pragma: no cover - the loop covers the range
 
 
 @lru_cache(maxsize=1)
@@ -579,8 +590,8 @@ def evaluate(
     notes = [
         *drafter.notes,
         "acceptance " + acc.source,
-        "TAU at an unmeasured K from the geometric model (each draft position accepted with "
-        "the same rate, fitted at the nearest measured K)",
+        "TAU at an unmeasured K: linear between measured K; beyond them the geometric model "
+        "(each draft accepted with the rate fitted at the nearest measured K)",
         "verify step: K+1 query tokens per sequence, each sequence's KV read once",
         "speculative ITL and throughput scale the plain simulation's decode phase at its mean batch",
     ]
