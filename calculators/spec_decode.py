@@ -37,6 +37,7 @@ import tomllib
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -402,6 +403,16 @@ def _draft_model_drafter(req: Any, target: Any) -> Drafter:
 
     fields = {k: getattr(req, k) for k in Deployment.model_fields}
     fields.update(model=req.draft_model, revision=None, quantization=None, max_model_len=None)
+    draft_vocab = _raw_config(SimpleNamespace(model=req.draft_model, revision=None)).get(
+        "vocab_size"
+    )
+    target_vocab = _raw_config(req).get("vocab_size")
+    if draft_vocab and target_vocab and draft_vocab != target_vocab:
+        raise InputError(
+            "draft_model",
+            f"{req.draft_model} has a {draft_vocab:,}-token vocabulary and {req.model} "
+            f"{target_vocab:,}: a draft model must share the target's vocabulary",
+        )
     try:
         draft = StepModel.from_deployment(Deployment(**fields))
     except InputError as err:
@@ -562,11 +573,12 @@ def evaluate(
     acc = resolve_acceptance(req)
     ctx = mean_in + mean_out / 2.0
     b = max(1, int(round(batch)))
+    off_here = False
     if req.num_speculative_tokens is not None:
         k, chosen = int(req.num_speculative_tokens), "given"
     else:
         best, _ = _best_k(drafter, target, acc, b, ctx)
-        k, chosen = (best or 1), "best at this load"
+        k, chosen, off_here = (best or 1), "best at this load", best is None
     tau = acc.tau(k)
     plain = target.decode_ms(b, ctx)
     draft = drafter.draft_ms(b, ctx, k) + drafter_constants()["spec_step_overhead_ms"]
@@ -594,6 +606,10 @@ def evaluate(
         "verify step: K+1 query tokens per sequence, each sequence's KV read once",
         "speculative ITL and throughput scale the plain simulation's decode phase at its mean batch",
     ]
+    if off_here:
+        notes.insert(
+            0, f"no K in 1..8 gains {MIN_GAIN:g}x at this load: leave speculation off (K=1 shown)"
+        )
     if not closed_loop:
         notes.append(
             "open loop: the offered rate sets the output rate; throughput_speedup is the extra "

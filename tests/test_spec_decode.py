@@ -353,3 +353,38 @@ def test_held_out_published_speedups() -> None:
         assert max(abs(e) for e in errors) < 0.30, (case["method"], errors)
     with MEASUREMENTS.open("rb") as fh:
         assert all("url" in c for c in tomllib.load(fh)["case"])
+
+
+def test_draft_model_must_share_the_vocabulary() -> None:
+    with pytest.raises(InputError) as err:
+        predict_performance(
+            PredictRequest(
+                **L8,
+                speculative_method="draft_model",
+                draft_model="Qwen/Qwen2.5-0.5B-Instruct",
+                spec_acceptance_rate=0.6,
+                num_requests=20,
+            )
+        )
+    assert err.value.field == "draft_model" and "vocabulary" in err.value.message
+
+
+def test_weak_acceptance_at_high_concurrency_is_off() -> None:
+    """n-gram at a 20 % per-token rate on a busy 8B engine: worth a little alone, nothing at
+    256 sequences, and the per-load table says so."""
+    res = predict_performance(
+        PredictRequest(
+            **L8,
+            concurrency=256,
+            input_tokens=128,
+            output_tokens=128,
+            speculative_method="ngram",
+            spec_acceptance_rate=0.2,
+            num_requests=300,
+        )
+    )
+    s = res.speculative
+    assert s is not None and s.itl_speedup < 1.0 and "leave speculation off" in s.notes[0]
+    levels = {lv.concurrency: lv.recommended_k for lv in s.recommendation}
+    assert levels[1] is not None and levels[256] is None
+    assert s.break_even_concurrency is not None and s.break_even_concurrency < 256
