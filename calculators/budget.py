@@ -789,6 +789,7 @@ def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetRe
             mean_out,
             itl.mean if itl else None,
             stats.output_tokens_per_s,
+            peak_kv_tokens=float(res.peak_kv_tokens),
             closed_loop=conc is not None,
         )
     return BudgetResult(

@@ -400,6 +400,7 @@ def predict_performance(req: PredictRequest) -> PredictResult:
             mean_out,
             itl.mean if itl else None,
             stats.output_tokens_per_s,
+            peak_kv_tokens=float(res.peak_kv_tokens),
             closed_loop=req.concurrency is not None or req.request_rate is None,
         )
     return PredictResult(
@@ -499,15 +500,14 @@ def _predict_assumptions(req: PredictRequest, model: Any, mode: str) -> list[str
         "calibrated efficiency factors listed under factors",
         "scheduler as vLLM V1: decodes first, then chunked prefill within max_num_batched_tokens; "
         "preemption by recompute of the newest request",
-        "no prefix-cache hits; server-side times (no network, tokenization)",
-        "the simulation is of the plain engine"
-        + (
-            "; speculative decoding is evaluated on top of it (see speculative)"
-            if req.speculative_method
-            else ", no speculative decoding"
-        ),
+        "no prefix-cache hits, no speculative decoding; server-side times (no network, tokenization)",
         *model.notes,
     ]
+    if req.speculative_method is not None:
+        assumptions = [
+            a.replace("no speculative decoding", "the plain engine simulated, speculation on top")
+            for a in assumptions
+        ]
     if mode == "concurrency":
         assumptions.append(
             "closed loop: the first and last `concurrency` requests (ramp up/down) are left out"

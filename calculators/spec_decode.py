@@ -562,6 +562,7 @@ def evaluate(
     plain_itl_ms: float | None,
     plain_tokens_per_s: float,
     closed_loop: bool = True,
+    peak_kv_tokens: float | None = None,
 ) -> SpeculativeResult:
     """Speculative decoding at the simulated load, plus a recommendation per load level.
 
@@ -606,6 +607,12 @@ def evaluate(
         "verify step: K+1 query tokens per sequence, each sequence's KV read once",
         "speculative ITL and throughput scale the plain simulation's decode phase at its mean batch",
     ]
+    if peak_kv_tokens is not None and peak_kv_tokens > kv_tokens:
+        notes.insert(
+            0,
+            f"this load peaks at {peak_kv_tokens:,.0f} KV tokens, more than the {kv_tokens:,} left "
+            "beside the drafter: expect preemptions the plain run did not have",
+        )
     if off_here:
         notes.insert(
             0, f"no K in 1..8 gains {MIN_GAIN:g}x at this load: leave speculation off (K=1 shown)"
