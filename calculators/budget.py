@@ -51,6 +51,7 @@ from .bounds import (
 from .deployment import Deployment
 from .errors import InputError
 from .predict import MAX_REQUESTS, Percentiles, check_p95_lengths, measured
+from .spec_decode import SpeculativeFields, SpeculativeResult
 
 Stage = Literal["queue", "network", "preprocessing", "prefill", "decode", "postprocessing"]
 STAGES: tuple[Stage, ...] = (
@@ -126,7 +127,7 @@ def _slo_field(metric: str) -> Any:
     )
 
 
-class BudgetRequest(Deployment):
+class BudgetRequest(SpeculativeFields, Deployment):
     """SLO targets, the workload and the deployment to budget."""
 
     model_config = ConfigDict(extra="forbid")
@@ -327,6 +328,11 @@ class BudgetResult(BaseModel):
         description="Replicas for request_rate x peak_to_mean at max_rate_under_slo each; null when no rate meets the targets."
     )
     ttft_ms: Percentiles = Field(description="Client-side TTFT at the design load.")
+    speculative: SpeculativeResult | None = Field(
+        default=None,
+        description="Speculative decoding at the design load (null when speculative_method is not "
+        "set); the SLO checks above are for the plain engine.",
+    )
     itl_ms: Percentiles | None = Field(
         description="Client-side inter-token latency; null when requests generate one token."
     )
@@ -770,6 +776,22 @@ def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetRe
         replicas = max(1, math.ceil(req.request_rate * req.peak_to_mean / max_rate - 1e-9))
     if max_rate == 0.0 or max_conc == 0:
         warnings.append(f"no load meets every target: {NO_LOAD_MEETS}")
+    itl = weighted_percentiles(m["itl_values"], m["itl_weights"])
+    spec = None
+    if req.speculative_method is not None:
+        from .spec_decode import evaluate
+
+        spec = evaluate(
+            req,
+            model,
+            res.mean_decode_batch,
+            mean_in,
+            mean_out,
+            itl.mean if itl else None,
+            stats.output_tokens_per_s,
+            peak_kv_tokens=float(res.peak_kv_tokens),
+            closed_loop=conc is not None,
+        )
     return BudgetResult(
         model=req.model,
         gpu=model.hardware.name,
@@ -789,8 +811,9 @@ def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetRe
         saturation_request_rate=sat.max_requests_per_s / wl.calls_per_task,
         replicas_needed=replicas,
         ttft_ms=measured(percentiles(m["ttft"]), "TTFT"),
-        itl_ms=weighted_percentiles(m["itl_values"], m["itl_weights"]),
+        itl_ms=itl,
         e2e_ms=measured(percentiles(m["e2e"]), "end-to-end latency"),
+        speculative=spec,
         task=task,
         suggestions=_budget_suggestions(req, binding, replicas, task),
         assumptions=_assumptions(req, model),

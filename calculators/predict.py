@@ -24,13 +24,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .bounds import MAX_BURSTINESS, MAX_SEED, MIN_BURSTINESS, check_rate
 from .deployment import Deployment
 from .errors import InputError, OperationalError
+from .spec_decode import SpeculativeFields, SpeculativeResult
 
 Bound = Literal["compute", "memory-bandwidth", "communication", "overhead"]
 PERCENTILES = (50, 90, 95, 99)
 MAX_REQUESTS = 4000
 
 
-class PredictRequest(Deployment):
+class PredictRequest(SpeculativeFields, Deployment):
     """A deployment and the load to predict it under."""
 
     model_config = ConfigDict(extra="forbid")
@@ -205,6 +206,10 @@ class PredictResult(BaseModel):
     factors_source: str
     assumptions: list[str]
     warnings: list[str]
+    speculative: SpeculativeResult | None = Field(
+        default=None,
+        description="What speculative decoding buys at this load (null when speculative_method is not set).",
+    )
 
 
 # --------------------------------------------------------------------------- helpers shared with budget
@@ -382,6 +387,22 @@ def predict_performance(req: PredictRequest) -> PredictResult:
     sat = saturation_point(model, mean_in, mean_out)
     mode = _load_mode(req)
     warnings = _sim_warnings(req, model, res, sat, mode, len(inp))
+    itl = weighted_percentiles(stats.itl_values, stats.itl_weights)
+    spec = None
+    if req.speculative_method is not None:
+        from .spec_decode import evaluate
+
+        spec = evaluate(
+            req,
+            model,
+            res.mean_decode_batch,
+            mean_in,
+            mean_out,
+            itl.mean if itl else None,
+            stats.output_tokens_per_s,
+            peak_kv_tokens=float(res.peak_kv_tokens),
+            closed_loop=req.concurrency is not None or req.request_rate is None,
+        )
     return PredictResult(
         model=req.model,
         gpu=model.hardware.name,
@@ -398,7 +419,7 @@ def predict_performance(req: PredictRequest) -> PredictResult:
             output_tokens=_dist(out),
         ),
         ttft_ms=measured(percentiles(stats.ttft_ms), "TTFT"),
-        itl_ms=weighted_percentiles(stats.itl_values, stats.itl_weights),
+        itl_ms=itl,
         tpot_ms=percentiles(stats.tpot_ms),
         e2e_ms=measured(percentiles(stats.e2e_ms), "end-to-end latency"),
         queue_ms=measured(percentiles(stats.queue_ms), "queue time"),
@@ -426,6 +447,7 @@ def predict_performance(req: PredictRequest) -> PredictResult:
         factors_source=model.efficiency.source,
         assumptions=_predict_assumptions(req, model, mode),
         warnings=warnings,
+        speculative=spec,
     )
 
 
@@ -481,6 +503,11 @@ def _predict_assumptions(req: PredictRequest, model: Any, mode: str) -> list[str
         "no prefix-cache hits, no speculative decoding; server-side times (no network, tokenization)",
         *model.notes,
     ]
+    if req.speculative_method is not None:
+        assumptions = [
+            a.replace("no speculative decoding", "the plain engine simulated, speculation on top")
+            for a in assumptions
+        ]
     if mode == "concurrency":
         assumptions.append(
             "closed loop: the first and last `concurrency` requests (ramp up/down) are left out"

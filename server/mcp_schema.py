@@ -70,14 +70,28 @@ def shared_fields() -> frozenset[str]:
     return frozenset(Deployment.model_fields)
 
 
+SPEC_OWNER = "predict_performance"
+"""The tool whose description spells out the speculative-decoding fields predict and budget share."""
+
+
+def speculative_fields() -> frozenset[str]:
+    """The speculative-decoding flags (calculators.spec_decode.SpeculativeFields): described
+    once, under :data:`SPEC_OWNER`."""
+    from inferwise.calculators.spec_decode import SpeculativeFields
+
+    return frozenset(SpeculativeFields.model_fields)
+
+
 def compact_tool(tool: dict[str, Any], shared: frozenset[str] = frozenset()) -> dict[str, Any]:
     """One listed tool (a ``Tool`` dumped by alias) with its schemas made compact; the
-    ``shared`` fields lose their descriptions outside :data:`SHARED_OWNER`."""
+    ``shared`` fields lose their descriptions outside :data:`SHARED_OWNER`; the
+    speculative-decoding ones are named in the description (:func:`_listed_once`)."""
     out = dict(tool)
     if isinstance(out.get("inputSchema"), dict):
         out["inputSchema"] = compact_input(out["inputSchema"])
         if out["name"] != SHARED_OWNER:
             _undescribe(out["inputSchema"], shared, out)
+        _listed_once(out["inputSchema"], speculative_fields(), out)
     if isinstance(out.get("outputSchema"), dict):
         out["outputSchema"] = summary_output(
             out["outputSchema"], KEY_OUTPUT_FIELDS.get(out["name"])
@@ -95,6 +109,31 @@ def _undescribe(schema: dict[str, Any], shared: frozenset[str], tool: dict[str, 
             tool.get("description", "")
             + f" Deployment fields ({', '.join(named[:4])}, ...) mean what they mean in {SHARED_OWNER}."
         )
+
+
+SPEC_SUMMARY = (
+    " Speculative decoding what-if: speculative_method (ngram, eagle, eagle3, mtp, draft_model), "
+    "num_speculative_tokens (K, 1-16), spec_acceptance_length (tokens per verify step at K) or "
+    "spec_acceptance_rate (per token), draft_model."
+)
+"""The speculative fields in words: cheaper in the listing than five described properties."""
+
+
+def _listed_once(schema: dict[str, Any], fields: frozenset[str], tool: dict[str, Any]) -> None:
+    """The speculative fields: left out of the listed properties and named in the tool
+    description, in full under SPEC_OWNER. The listed input schemas do not forbid other
+    keys, and the server validates arguments with the full model (bounds included)."""
+    props = schema.get("properties", {})
+    named = [n for n in props if n in fields]
+    for name in named:
+        del props[name]
+    if named:
+        extra = (
+            SPEC_SUMMARY
+            if tool.get("name") == SPEC_OWNER
+            else f" Takes {SPEC_OWNER}'s speculative-decoding fields."
+        )
+        tool["description"] = tool.get("description", "") + extra
 
 
 def compact_input(schema: dict[str, Any]) -> dict[str, Any]:
