@@ -561,6 +561,7 @@ def evaluate(
     mean_out: float,
     plain_itl_ms: float | None,
     plain_tokens_per_s: float,
+    *,
     closed_loop: bool = True,
     peak_kv_tokens: float | None = None,
 ) -> SpeculativeResult:
@@ -586,7 +587,35 @@ def evaluate(
     ver = verify_ms(target, b, ctx, k)
     gain = tau * plain / (draft + ver)
     thr = _throughput_gain(target, b, mean_in, mean_out, plain, (draft + ver) / tau)
-    levels = sorted({min(c, target.max_num_seqs) for c in LOAD_LEVELS} | {b})
+    rec = _per_level(drafter, target, acc, b, ctx)
+    kv_tokens = kv_tokens_with_drafter(target, drafter)
+    notes = _notes(drafter, acc, target, kv_tokens, peak_kv_tokens, off_here, closed_loop)
+    return SpeculativeResult(
+        method=req.speculative_method,
+        num_speculative_tokens=k,
+        k_chosen_by=chosen,
+        acceptance_rate=acc.alpha,
+        acceptance_source=acc.source,
+        tokens_per_step=tau,
+        itl_speedup=gain,
+        throughput_speedup=thr,
+        break_even_concurrency=break_even(drafter, target, acc, ctx, k),
+        decode_batch=float(batch),
+        plain_step_ms=plain,
+        draft_ms=draft,
+        verify_ms=ver,
+        itl_ms_mean=(plain_itl_ms / gain) if plain_itl_ms else (draft + ver) / tau,
+        output_tokens_per_s=plain_tokens_per_s * thr if closed_loop else plain_tokens_per_s,
+        drafter_weight_gib_per_gpu=drafter.weight_bytes_per_gpu / GIB,
+        kv_cache_tokens=kv_tokens,
+        recommendation=rec,
+        notes=notes,
+    )
+
+
+def _per_level(drafter: Any, target: Any, acc: Any, batch: int, ctx: float) -> list[SpecLevel]:
+    """The best K (or off) at each load level of LOAD_LEVELS and at the simulated batch."""
+    levels = sorted({min(c, target.max_num_seqs) for c in LOAD_LEVELS} | {batch})
     rec = []
     for c in levels:
         kk, g = _best_k(drafter, target, acc, c, ctx)
@@ -598,7 +627,19 @@ def evaluate(
                 tokens_per_step=acc.tau(kk) if kk else 1.0,
             )
         )
-    kv_tokens = kv_tokens_with_drafter(target, drafter)
+    return rec
+
+
+def _notes(
+    drafter: Any,
+    acc: Any,
+    target: Any,
+    kv_tokens: int,
+    peak_kv_tokens: float | None,
+    off_here: bool,
+    closed_loop: bool,
+) -> list[str]:
+    """What the speculative figures assume, and what the load says about them."""
     notes = [
         *drafter.notes,
         "acceptance " + acc.source,
@@ -627,27 +668,7 @@ def evaluate(
             f"KV cache shrinks from {target.kv_capacity_tokens:,} to {kv_tokens:,} tokens "
             "with the drafter loaded"
         )
-    return SpeculativeResult(
-        method=req.speculative_method,
-        num_speculative_tokens=k,
-        k_chosen_by=chosen,
-        acceptance_rate=acc.alpha,
-        acceptance_source=acc.source,
-        tokens_per_step=tau,
-        itl_speedup=gain,
-        throughput_speedup=thr,
-        break_even_concurrency=break_even(drafter, target, acc, ctx, k),
-        decode_batch=float(batch),
-        plain_step_ms=plain,
-        draft_ms=draft,
-        verify_ms=ver,
-        itl_ms_mean=(plain_itl_ms / gain) if plain_itl_ms else (draft + ver) / tau,
-        output_tokens_per_s=plain_tokens_per_s * thr if closed_loop else plain_tokens_per_s,
-        drafter_weight_gib_per_gpu=drafter.weight_bytes_per_gpu / GIB,
-        kv_cache_tokens=kv_tokens,
-        recommendation=rec,
-        notes=notes,
-    )
+    return notes
 
 
 def _throughput_gain(

@@ -37,6 +37,13 @@ def _unknown_id_as_resource_error() -> Iterator[None]:
 
 
 def register_resources(server: Any) -> None:
+    """Knowledge, catalogs, stored runs and rendered reports, each a resource family."""
+    _knowledge_resources(server)
+    _catalog_resources(server)
+    _run_resources(server)
+
+
+def _knowledge_resources(server: Any) -> None:
     @server.resource(
         "inferwise://knowledge",
         name="knowledge-index",
@@ -63,19 +70,8 @@ def register_resources(server: Any) -> None:
             doc = get_document(doc_id)
         return f"# {doc.title}\n\n{doc.body_markdown}"
 
-    @server.resource(
-        "inferwise://reports/{report_id}",
-        name="report",
-        title="Run report",
-        description="A report render_report made in this server, as one self-contained HTML page.",
-        mime_type="text/html",
-    )
-    def report_page(report_id: str) -> str:
-        from inferwise.server.reports.mcp import page
 
-        with _unknown_id_as_resource_error():
-            return page(report_id)
-
+def _catalog_resources(server: Any) -> None:
     @server.resource(
         "inferwise://catalog/gpus",
         name="gpu-catalog",
@@ -112,6 +108,8 @@ def register_resources(server: Any) -> None:
             ]
         )
 
+
+def _run_resources(server: Any) -> None:
     @server.resource(
         "inferwise://runs",
         name="runs-index",
@@ -136,6 +134,19 @@ def register_resources(server: Any) -> None:
 
         with _unknown_id_as_resource_error():
             return show_run(ShowRunRequest(run_id=run_id)).model_dump_json(indent=2)
+
+    @server.resource(
+        "inferwise://reports/{report_id}",
+        name="report",
+        title="Run report",
+        description="A report render_report made in this server, as one self-contained HTML page.",
+        mime_type="text/html",
+    )
+    def report_page(report_id: str) -> str:
+        from inferwise.server.reports.mcp import page
+
+        with _unknown_id_as_resource_error():
+            return page(report_id)
 
 
 def register_prompts(server: Any) -> None:
