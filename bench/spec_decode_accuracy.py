@@ -30,19 +30,24 @@ def load_cases() -> list[dict[str, Any]]:
         return list(tomllib.load(fh)["case"])
 
 
+def _models(case: dict[str, Any], k: int, tau: float) -> tuple[Any, Any, Any]:
+    """The request, target step model and drafter of one case at K and its measured TAU."""
+    req = PredictRequest(
+        model=case["model"],
+        gpu=case["gpu"],
+        speculative_method=case["method"],
+        num_speculative_tokens=k,
+        spec_acceptance_length=tau,
+    )
+    target = StepModel.from_deployment(req)
+    return req, target, sd.build_drafter(req, target)
+
+
 def predicted_speedups(case: dict[str, Any]) -> list[float]:
     """Batch-1 ITL speed-up per K of the case, the measured acceptance length as input."""
     out = []
     for k, tau in zip(case["k"], case["acceptance_length"], strict=True):
-        req = PredictRequest(
-            model=case["model"],
-            gpu=case["gpu"],
-            speculative_method=case["method"],
-            num_speculative_tokens=k,
-            spec_acceptance_length=tau,
-        )
-        target = StepModel.from_deployment(req)
-        drafter = sd.build_drafter(req, target)
+        req, target, drafter = _models(case, k, tau)
         acc = sd.resolve_acceptance(req)
         out.append(sd.itl_speedup(drafter, target, acc, 1, CONTEXT_TOKENS, k))
     return out
@@ -54,15 +59,7 @@ def calibrate(case: dict[str, Any]) -> tuple[float, float]:
     verify and head forwards, is linear in K."""
     residual = []
     for k, tau, speedup in zip(case["k"], case["acceptance_length"], case["speedup"], strict=True):
-        req = PredictRequest(
-            model=case["model"],
-            gpu=case["gpu"],
-            speculative_method=case["method"],
-            num_speculative_tokens=k,
-            spec_acceptance_length=tau,
-        )
-        target = StepModel.from_deployment(req)
-        drafter = sd.build_drafter(req, target)
+        req, target, drafter = _models(case, k, tau)
         bare = replace(
             drafter.forward, efficiency=replace(drafter.forward.efficiency, step_overhead_ms=0.0)
         )

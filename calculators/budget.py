@@ -777,21 +777,11 @@ def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetRe
     if max_rate == 0.0 or max_conc == 0:
         warnings.append(f"no load meets every target: {NO_LOAD_MEETS}")
     itl = weighted_percentiles(m["itl_values"], m["itl_weights"])
-    spec = None
-    if req.speculative_method is not None:
-        from .spec_decode import evaluate
+    from .spec_decode import at_load
 
-        spec = evaluate(
-            req,
-            model,
-            res.mean_decode_batch,
-            mean_in,
-            mean_out,
-            itl.mean if itl else None,
-            stats.output_tokens_per_s,
-            peak_kv_tokens=float(res.peak_kv_tokens),
-            closed_loop=conc is not None,
-        )
+    spec = at_load(
+        req, model, res, mean_in, mean_out, itl, stats.output_tokens_per_s, conc is not None
+    )
     return BudgetResult(
         model=req.model,
         gpu=model.hardware.name,

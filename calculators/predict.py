@@ -388,21 +388,18 @@ def predict_performance(req: PredictRequest) -> PredictResult:
     mode = _load_mode(req)
     warnings = _sim_warnings(req, model, res, sat, mode, len(inp))
     itl = weighted_percentiles(stats.itl_values, stats.itl_weights)
-    spec = None
-    if req.speculative_method is not None:
-        from .spec_decode import evaluate
+    from .spec_decode import at_load
 
-        spec = evaluate(
-            req,
-            model,
-            res.mean_decode_batch,
-            mean_in,
-            mean_out,
-            itl.mean if itl else None,
-            stats.output_tokens_per_s,
-            peak_kv_tokens=float(res.peak_kv_tokens),
-            closed_loop=req.concurrency is not None or req.request_rate is None,
-        )
+    spec = at_load(
+        req,
+        model,
+        res,
+        mean_in,
+        mean_out,
+        itl,
+        stats.output_tokens_per_s,
+        req.concurrency is not None or req.request_rate is None,
+    )
     return PredictResult(
         model=req.model,
         gpu=model.hardware.name,

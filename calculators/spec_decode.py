@@ -553,6 +553,33 @@ def break_even(drafter: Drafter, target: Any, acc: Acceptance, ctx: float, k: in
     return hi
 
 
+def at_load(
+    req: Any,
+    target: Any,
+    sim: Any,
+    mean_in: float,
+    mean_out: float,
+    plain_itl: Any,
+    plain_tokens_per_s: float,
+    closed_loop: bool,
+) -> SpeculativeResult | None:
+    """Speculation at predict's or budget's simulated load (``sim``: the simulation's result,
+    ``plain_itl``: its ITL percentiles or None); None when no method is asked for."""
+    if req.speculative_method is None:
+        return None
+    return evaluate(
+        req,
+        target,
+        sim.mean_decode_batch,
+        mean_in,
+        mean_out,
+        plain_itl.mean if plain_itl else None,
+        plain_tokens_per_s,
+        peak_kv_tokens=float(sim.peak_kv_tokens),
+        closed_loop=closed_loop,
+    )
+
+
 def evaluate(
     req: Any,
     target: Any,
