@@ -126,6 +126,18 @@ class _V:
         )
 
 
+def _qwen_patching(r: _V, patch_default: int, channels: str, alias: str) -> tuple[int, ...]:
+    """Qwen-VL patch embedding: channels, frames per temporal patch, patch side and the
+    merger's spatial merge (defaults as each family's config class; the channel field's
+    spelling differs between families, the other one accepted)."""
+    return (
+        r.pos(channels, 3, alias),
+        r.pos("temporal_patch_size", 2),
+        r.pos("patch_size", patch_default),
+        r.pos("spatial_merge_size", 2),
+    )
+
+
 def qwen2_vl_layout(vc: Mapping[str, Any], text_hidden: int) -> TowerLayout:
     """Qwen2-VL (HF Qwen2VisionTransformerPretrainedModel): Conv3d patch embedding
     without bias, LayerNorm blocks with a QuickGELU MLP of ``embed_dim x mlp_ratio``,
@@ -134,12 +146,7 @@ def qwen2_vl_layout(vc: Mapping[str, Any], text_hidden: int) -> TowerLayout:
     e = r.pos("embed_dim")
     inter = e * r.pos("mlp_ratio", 4)
     depth = r.pos("depth")
-    c, t, p, m = (
-        r.pos("in_chans", 3, "in_channels"),
-        r.pos("temporal_patch_size", 2),
-        r.pos("patch_size", 14),
-        r.pos("spatial_merge_size", 2),
-    )
+    c, t, p, m = _qwen_patching(r, 14, "in_chans", "in_channels")
     out = r.pos("hidden_size", text_hidden)
     tower = c * t * p * p * e + _vit_blocks(e, inter, depth, _ln(e), False)
     merger = _ln(e) + _linear(e * m * m, e * m * m) + _linear(e * m * m, out)
@@ -153,12 +160,7 @@ def qwen2_5_vl_layout(vc: Mapping[str, Any], text_hidden: int) -> TowerLayout:
     e = r.pos("hidden_size")
     inter = r.pos("intermediate_size")
     depth = r.pos("depth")
-    c, t, p, m = (
-        r.pos("in_chans", 3, "in_channels"),
-        r.pos("temporal_patch_size", 2),
-        r.pos("patch_size", 14),
-        r.pos("spatial_merge_size", 2),
-    )
+    c, t, p, m = _qwen_patching(r, 14, "in_chans", "in_channels")
     out = r.pos("out_hidden_size", text_hidden)
     tower = c * t * p * p * e + _vit_blocks(e, inter, depth, e, True)
     merger = e + _linear(e * m * m, e * m * m) + _linear(e * m * m, out)
@@ -174,12 +176,7 @@ def qwen3_vl_layout(vc: Mapping[str, Any], text_hidden: int) -> TowerLayout:
     e = r.pos("hidden_size")
     inter = r.pos("intermediate_size")
     depth = r.pos("depth")
-    c, t, p, m = (
-        r.pos("in_channels", 3, "in_chans"),
-        r.pos("temporal_patch_size", 2),
-        r.pos("patch_size", 16),
-        r.pos("spatial_merge_size", 2),
-    )
+    c, t, p, m = _qwen_patching(r, 16, "in_channels", "in_chans")
     out = r.pos("out_hidden_size", text_hidden)
     pos = r.pos("num_position_embeddings")
     deepstack = vc.get("deepstack_visual_indexes") or []
