@@ -102,6 +102,8 @@ def simulate(
     concurrency: int | None = None,
     max_steps: int = 2_000_000,
     stagger_ms: float = 0.0,
+    *,
+    cached: KvCached | None = None,
 ) -> SimResult:
     """Run requests through the engine model.
 
@@ -109,7 +111,9 @@ def simulate(
     loop: ``concurrency`` clients each send their next request the moment the
     previous one completes (benchmark_serving ``--max-concurrency`` with
     ``--request-rate inf``); ``stagger_ms`` spreads the clients' first requests.
-    Neither: every request arrives at t=0 (offline).
+    Neither: every request arrives at t=0 (offline). ``cached``: prompt tokens
+    whose KV is there before the request is scheduled (prefix-cache hits, or the
+    KV a disaggregated decode worker receives).
     """
     import numpy as np
 
@@ -118,8 +122,27 @@ def simulate(
     arrivals = _initial_arrivals(arrival_ms, concurrency, len(inp), stagger_ms)
     closed = arrival_ms is None and concurrency is not None
     loop = _StepLoop(model, inp.tolist(), out.tolist(), arrivals, closed)
+    if cached is not None:
+        loop.preload(cached)
     loop.run(max_steps)
     return _result(inp, out, loop.timeline(), loop.itl_chunks, loop.itl_counts, loop.counters())
+
+
+@dataclass(frozen=True)
+class KvCached:
+    """Prompt tokens each request finds in the KV cache when it is scheduled.
+
+    ``tokens[i]`` of request i's prompt are not computed (at most the prompt minus one:
+    the last prompt token is always run to sample the first output token), but its
+    attention reads them. ``own`` says whose blocks they are: ``False`` for prefix-cache
+    hits (blocks shared with other requests, held once in ``shared_kv_tokens`` taken off
+    the capacity), ``True`` for KV transferred to a disaggregated decode worker (the
+    request holds it from admission, like a computed prompt).
+    """
+
+    tokens: Any
+    own: bool = False
+    shared_kv_tokens: int = 0
 
 
 class _StepLoop:
@@ -143,7 +166,7 @@ class _StepLoop:
         "decoding", "sum_ctx_base", "prefilling", "order", "waiting", "reserved",
         "kv_used", "lines", "itl_chunks", "itl_counts", "t", "arr_i", "steps",
         "preempt", "rejected", "decode_batch_sum", "max_running", "peak_kv", "finished",
-        "as_array",
+        "as_array", "skip", "adj",
     )  # fmt: skip
 
     def __init__(
@@ -187,9 +210,19 @@ class _StepLoop:
         self.steps = self.preempt = self.rejected = self.finished = 0
         self.decode_batch_sum = 0.0
         self.max_running = self.peak_kv = 0
+        self.skip = self.adj = [0] * n  # cached prompt tokens; own KV minus context (see preload)
         import numpy as np
 
         self.as_array = np.array  # bound once: an import per step costs a measurable share
+
+    def preload(self, cached: KvCached) -> None:
+        """Take cached prompt tokens into account: they are skipped by prefill but count
+        in every attention context; only ``own`` ones count in the request's KV use."""
+        self.skip = [
+            min(max(0, int(c)), p - 1) for c, p in zip(cached.tokens, self.prompt, strict=True)
+        ]
+        self.adj = [0] * self.n if cached.own else [-c for c in self.skip]
+        self.cap = max(1, self.cap - int(cached.shared_kv_tokens))
 
     def run(self, max_steps: int) -> None:
         """Step until every request finished or was rejected; checks the compute budget
@@ -256,11 +289,12 @@ class _StepLoop:
                 decoding.discard(victim)
                 self.version[victim] += 1
                 self.sum_ctx_base -= self.ctx_base[victim]
-                self.kv_used -= ctx
-                self.to_prefill[victim] = ctx  # prompt + generated so far, recomputed
+                self.kv_used -= ctx + self.adj[victim]
+                # prompt + generated so far, recomputed (cached tokens are found again)
+                self.to_prefill[victim] = ctx - self.skip[victim]
             else:
                 self.prefilling.remove(victim)
-                self.kv_used -= self.computed[victim]
+                self.kv_used -= self.computed[victim] + self.skip[victim] + self.adj[victim]
                 self.reserved -= self.to_prefill[victim]
                 self.to_prefill[victim] += self.computed[victim]
             self.computed[victim] = 0
@@ -282,17 +316,19 @@ class _StepLoop:
         waiting, order, cap = self.waiting, self.order, self.cap
         while waiting and len(order) < self.max_seqs and budget > 0:
             i = waiting[0]
-            need = to_prefill[i] or self.prompt[i]
-            if need > cap:  # can never fit: fail it rather than block the queue forever
+            need = to_prefill[i] or self.prompt[i] - self.skip[i]
+            held = self.skip[i] + self.adj[i]  # cached KV this request holds itself
+            if need + held > cap:  # can never fit: fail it rather than block the queue forever
                 waiting.popleft()
                 self.rejected += 1
                 self._release_next(self.t)
                 continue
-            if self.kv_used + self.reserved + d + need > cap:  # this step's decode tokens too
+            if self.kv_used + self.reserved + d + need + held > cap:  # this step's decodes too
                 break
             waiting.popleft()
             to_prefill[i] = need
             self.reserved += need
+            self.kv_used += held
             order.append(i)
             self.prefilling.append(i)
             if self.sched_t[i] != self.sched_t[i]:  # first time scheduled (NaN check)
@@ -330,17 +366,17 @@ class _StepLoop:
     def _mixed_step(self, chunks: list[tuple[int, int]]) -> None:
         """One step of every decode plus the prefill chunks; prompts that complete emit
         their first token."""
-        computed, to_prefill = self.computed, self.to_prefill
+        computed, to_prefill, skip = self.computed, self.to_prefill, self.skip
         d = len(self.decoding)
         p_tokens = ctx_prefill = 0
         pairs = 0.0
         completing = []
         for i, c in chunks:
-            done = computed[i]
+            done = computed[i] + skip[i]
             pairs += c * (done + c / 2.0)
             ctx_prefill += done
             p_tokens += c
-            computed[i] = done + c
+            computed[i] += c
             if c == to_prefill[i]:
                 completing.append(i)
             to_prefill[i] -= c
@@ -373,10 +409,10 @@ class _StepLoop:
         if self.first_t[i] != self.first_t[i]:
             self.first_t[i] = self.t
         self.generated[i] += 1
-        ctx = self.computed[i]
+        ctx = self.computed[i] + self.skip[i]
         self.computed[i] = 0
         if self.generated[i] >= self.outl[i]:
-            self.kv_used -= ctx
+            self.kv_used -= ctx + self.adj[i]
             self._finish(i, self.t)
             return
         self.ctx_base[i] = ctx - self.tick
@@ -395,7 +431,7 @@ class _StepLoop:
             if i in decoding and self.version[i] == ver:
                 decoding.discard(i)
                 self.sum_ctx_base -= self.ctx_base[i]
-                self.kv_used -= self.ctx_base[i] + tick
+                self.kv_used -= self.ctx_base[i] + tick + self.adj[i]
                 self.generated[i] = self.outl[i]
                 self._finish(i, self.t)
 
@@ -636,21 +672,27 @@ def simulate_load(
     burstiness: float = 1.0,
     seed: int = 0,
     stagger_ms: float = 0.0,
+    cached: KvCached | None = None,
 ) -> tuple[SimResult, LoadStats]:
     """The requests under one load shape, and its statistics: a closed loop of
     `concurrency` clients (first requests spread over `stagger_ms`), an open loop
     at `rate_per_s` with gamma(`burstiness`) arrivals drawn from `seed`, or, with
-    neither (or an infinite rate), every request at once (offline)."""
+    neither (or an infinite rate), every request at once (offline). `cached`: prompt
+    tokens found in the KV cache (see :class:`KvCached`)."""
     if concurrency is not None:
         res = simulate(
-            model, input_tokens, output_tokens, concurrency=concurrency, stagger_ms=stagger_ms
+            model,
+            input_tokens,
+            output_tokens,
+            concurrency=concurrency,
+            stagger_ms=stagger_ms,
+            cached=cached,
         )
         return res, load_stats(res, concurrency)
-    if rate_per_s is None or math.isinf(rate_per_s):
-        res = simulate(model, input_tokens, output_tokens)
-    else:
+    arrivals = None
+    if rate_per_s is not None and not math.isinf(rate_per_s):
         arrivals = poisson_arrivals_ms(len(input_tokens), float(rate_per_s), burstiness, seed=seed)
-        res = simulate(model, input_tokens, output_tokens, arrival_ms=arrivals)
+    res = simulate(model, input_tokens, output_tokens, arrival_ms=arrivals, cached=cached)
     return res, load_stats(res)
 
 
