@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .bounds import MAX_BURSTINESS, MAX_SEED, MIN_BURSTINESS, check_rate
 from .deployment import Deployment
+from .disaggregation import DisaggregationFields, DisaggregationResult
+from .disaggregation_eval import aggregated_share
 from .errors import InputError, OperationalError
 from .prefix_cache import PrefixCacheFields, PrefixCacheResult, PrefixPlan
 from .spec_decode import SpeculativeFields, SpeculativeResult
@@ -33,7 +35,7 @@ PERCENTILES = (50, 90, 95, 99)
 MAX_REQUESTS = 4000
 
 
-class PredictRequest(PrefixCacheFields, SpeculativeFields, Deployment):
+class PredictRequest(DisaggregationFields, PrefixCacheFields, SpeculativeFields, Deployment):
     """A deployment and the load to predict it under."""
 
     model_config = ConfigDict(extra="forbid")
@@ -215,6 +217,10 @@ class PredictResult(BaseModel):
     prefix_cache: PrefixCacheResult | None = Field(
         default=None,
         description="What the prefix cache buys at this load (null when prefix_cache_hit_rate is not set).",
+    )
+    disaggregation: DisaggregationResult | None = Field(
+        default=None,
+        description="The P:D split against aggregated replicas on the same GPUs (null when aggregated).",
     )
 
 
@@ -402,11 +408,13 @@ def predict_performance(req: PredictRequest) -> PredictResult:
     """Simulate the deployment under the requested load; see the module docstring."""
     import numpy as np
 
+    from .disaggregation import parse_split
     from .roofline import StepModel
 
     model = StepModel.from_deployment(req)
     check_lengths(req)
-    run = run_load(req, model)
+    split = parse_split(req)
+    run = run_load(aggregated_share(req, split) if split else req, model)
     res, stats, inp, out = run.res, run.stats, run.inp, run.out
     mean_in, mean_out = float(inp.mean()), float(out.mean())
     bound, shares, dec = bound_of(model, res, mean_in, mean_out)
@@ -428,7 +436,7 @@ def predict_performance(req: PredictRequest) -> PredictResult:
         stats.output_tokens_per_s,
         req.concurrency is not None or req.request_rate is None,
     )
-    return PredictResult(
+    result = PredictResult(
         model=req.model,
         gpu=model.hardware.name,
         tensor_parallel_size=req.tensor_parallel_size,
@@ -474,6 +482,38 @@ def predict_performance(req: PredictRequest) -> PredictResult:
         warnings=warnings,
         speculative=spec,
         prefix_cache=_prefix_result(run, itl),
+    )
+    return _disaggregated(req, model, split, run, result) if split else result
+
+
+def _disaggregated(
+    req: Any, model: Any, split: Any, run: LoadRun, result: PredictResult
+) -> PredictResult:
+    """Predict's figures for the disaggregated replica; the aggregated ones (the same GPUs
+    as P + D replicas) go into the comparison."""
+    import numpy as np
+
+    from .disaggregation_eval import for_predict
+
+    o, disagg = for_predict(req, model, split, run)
+    tps = o.output_tokens_per_s
+    done = np.isfinite(o.e2e_ms)
+    rps = float(done.sum()) / (o.duration_ms / 1e3) if o.duration_ms > 0 else 0.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(o.output_tokens > 1, (o.e2e_ms - o.ttft_ms) / (o.output_tokens - 1), np.nan)
+    return result.model_copy(
+        update={
+            "ttft_ms": measured(percentiles(o.ttft_ms), "TTFT"),
+            "itl_ms": weighted_percentiles(o.itl_values, o.itl_weights),
+            "tpot_ms": percentiles(tpot),
+            "e2e_ms": measured(percentiles(o.e2e_ms), "end-to-end latency"),
+            "queue_ms": measured(percentiles(o.queue_ms), "queue time"),
+            "output_tokens_per_s": tps,
+            "requests_per_s": rps,
+            "total_tokens_per_s": tps + rps * float(run.inp.mean()),
+            "disaggregation": disagg,
+            "assumptions": [*result.assumptions, *disagg.notes],
+        }
     )
 
 
