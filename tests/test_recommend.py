@@ -472,3 +472,28 @@ def test_review_findings_stay_fixed():
     assert not any("at load time" in n for n in fp8.notes)
     with pytest.raises(Exception, match="finite"):
         RecommendRequest(**{**BASE, "quality_floor_score": float("nan")})
+
+
+def test_a_shared_prompt_prefix_is_priced_in_as_prefix_cache_hits():
+    """Issue 15: the workload's shared_prefix_fraction is the prefix-cache hit rate the
+    search budgets with: long shared prompts need fewer replicas than the same unshared."""
+
+    def workload(shared: float | None) -> dict:
+        traffic = {
+            "arrival_rate_rps": 6,
+            "input_tokens": {"p50": 6000, "p95": 8000},
+            "output_tokens": {"p50": 150, "p95": 300},
+        }
+        if shared is not None:
+            traffic["shared_prefix_fraction"] = shared
+        return {
+            "traffic": traffic,
+            "slo": {"ttft_ms": {"p95": 800}, "itl_ms": {"p95": 80}},
+            "constraints": {"gpus": ["h100-sxm-80gb"]},
+            "deployment": {"model": MODEL_8B},
+        }
+
+    plain = recommend_deployment(RecommendRequest(workload=workload(None)))
+    shared = recommend_deployment(RecommendRequest(workload=workload(0.8)))
+    assert shared.recommended.total_gpus < plain.recommended.total_gpus
+    assert any("priced in as the prefix-cache hit rate" in a for a in shared.assumptions)

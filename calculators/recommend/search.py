@@ -705,8 +705,9 @@ def _assumptions(spec: SearchSpec) -> list[str]:
         out.append("no latency targets: replicas loaded to 85 % of their saturation rate")
     if spec.shared_prefix_fraction:
         out.append(
-            f"traffic.shared_prefix_fraction {spec.shared_prefix_fraction:g} is not priced in: "
-            "prefill as if no prefix cache hit (conservative); measure the hit rate"
+            f"traffic.shared_prefix_fraction {spec.shared_prefix_fraction:g} is priced in as the "
+            "prefix-cache hit rate (one shared prefix, prefill charged for the missed tokens; "
+            "vLLM and SGLang cache prefixes by default): check vllm:prefix_cache_hits / queries"
         )
     if spec.batch_share:
         out.append(
