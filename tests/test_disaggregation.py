@@ -96,3 +96,10 @@ def test_a_split_needing_more_gpus_than_allowed_is_refused():
     req = PredictRequest(**L8, tensor_parallel_size=8, disaggregate="40:40")
     with pytest.raises(InputError, match="disaggregate"):
         parse_split(req, max_gpus=64)
+
+
+def test_disaggregation_does_not_raise_throughput_on_the_same_gpus():
+    """vLLM's docs: disaggregated prefill does not improve throughput (it tunes TTFT and ITL
+    apart); at a saturating load the two pools carry no more than the aggregated replicas."""
+    r = predict_performance(PredictRequest(**L8, **LONG, request_rate=20, disaggregate="1:1"))
+    assert r.output_tokens_per_s <= 1.05 * r.disaggregation.aggregated.output_tokens_per_s
