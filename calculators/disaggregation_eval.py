@@ -175,17 +175,7 @@ def _break_even(scan: list[LoadPoint], load: DesignLoad) -> str:
     paying = [p for p in scan if _worth_it(p.itl_p95_gain, p.ttft_p95_ratio)]
     loads = ", ".join(f"{p.load:g}" for p in scan)
     if not paying:
-        faster_first = [p for p in scan if p.ttft_p95_ratio <= 0.8]
-        trade = (
-            "; TTFT p95 does improve (prompts no longer queue behind decodes) at the cost of "
-            "ITL: worth it only where TTFT binds"
-            if faster_first
-            else ""
-        )
-        return (
-            f"no load scanned ({unit} {loads} per replica) where the split improves ITL p95 by "
-            f"10 % without costing TTFT: aggregated chunked prefill is as good{trade}"
-        )
+        return _no_break_even(scan, f"{unit} {loads} per replica")
     first = paying[0]
     if first is scan[0]:
         return f"disaggregation pays from the lowest load scanned ({unit} {first.load:g} per replica) up"
@@ -193,6 +183,25 @@ def _break_even(scan: list[LoadPoint], load: DesignLoad) -> str:
         f"disaggregation starts to pay at about {unit} {first.load:g} per replica; below it "
         "aggregated chunked prefill is as good"
     )
+
+
+def _no_break_even(scan: list[LoadPoint], where: str) -> str:
+    """No load pays outright: name the trade the split makes instead, if it makes one."""
+    smoother = [p for p in scan if (p.itl_p95_gain or 0) >= WORTH_IT_GAIN]
+    faster_first = [p for p in scan if p.ttft_p95_ratio <= 0.8]
+    if smoother:
+        best = max(smoother, key=lambda p: p.itl_p95_gain or 0)
+        return (
+            f"at the loads scanned ({where}) the split buys ITL p95 (up to x"
+            f"{best.itl_p95_gain:.2f}) only at a TTFT cost (x{best.ttft_p95_ratio:.2f} there): "
+            "worth it where ITL binds and TTFT has room"
+        )
+    if faster_first:
+        return (
+            f"at the loads scanned ({where}) the split buys TTFT p95 (prompts no longer queue "
+            "behind decodes) at an ITL cost: worth it only where TTFT binds"
+        )
+    return f"aggregated chunked prefill is as good at every load scanned ({where})"
 
 
 def _notes(req: Any, split: Split, link: Any) -> list[str]:

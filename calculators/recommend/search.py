@@ -506,6 +506,7 @@ def recommend(spec: SearchSpec) -> RecommendResult:
         rejected=_rejected(tally),
         nearest=[] if feasible else _nearest(spec, cands, tally),
         mixed_traffic=mixed,
+        levers=_levers(online, allowed[0], warnings) if feasible else [],
         searched=Searched(
             configurations=len(configs),
             fitted=screen.fits,
@@ -519,6 +520,21 @@ def recommend(spec: SearchSpec) -> RecommendResult:
         assumptions=_assumptions(spec),
         warnings=warnings,
     )
+
+
+def _levers(
+    online: SearchSpec, best: tuple[Candidate, Evaluated], warnings: list[str]
+) -> list[Any]:
+    """The levers tried on the recommended fleet; when they cannot be modelled for it the
+    recommendation stands and a warning says why."""
+    from ..errors import InputError, OperationalError
+    from .levers import lever_verdicts
+
+    try:
+        return lever_verdicts(online, best[0], best[1].screened.config)
+    except (InputError, OperationalError, ValueError) as exc:
+        warnings.append(f"the serving levers were not evaluated on the recommended fleet: {exc}")
+        return []
 
 
 def _best_per_layout(
