@@ -414,7 +414,8 @@ def predict_performance(req: PredictRequest) -> PredictResult:
     model = StepModel.from_deployment(req)
     check_lengths(req)
     split = parse_split(req)
-    run = run_load(aggregated_share(req, split) if split else req, model)
+    run_req = aggregated_share(req, split) if split else req
+    run = run_load(run_req, model)
     res, stats, inp, out = run.res, run.stats, run.inp, run.out
     mean_in, mean_out = float(inp.mean()), float(out.mean())
     bound, shares, dec = bound_of(model, res, mean_in, mean_out)
@@ -422,7 +423,7 @@ def predict_performance(req: PredictRequest) -> PredictResult:
         model, mean_in, mean_out, run.prefix.effective_hit_rate if run.prefix else 0
     )
     mode = _load_mode(req)
-    warnings = _sim_warnings(req, model, res, sat, mode, len(inp))
+    warnings = _sim_warnings(run_req, model, res, sat, mode, len(inp))
     itl = weighted_percentiles(stats.itl_values, stats.itl_weights)
     from .spec_decode import at_load
 
