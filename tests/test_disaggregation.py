@@ -116,3 +116,12 @@ def test_budget_sizes_a_p_d_replica_under_a_tight_itl_target():
     pair = decompose_budget(BudgetRequest(**base, disaggregate="1:1"))
     assert pair.max_rate_under_slo / 2 > plain.max_rate_under_slo
     assert any("1 prefill + 1 decode workers" in a for a in pair.assumptions)
+
+
+def test_a_split_over_the_gpu_limit_is_exit_2_naming_the_flag():
+    cmd = [sys.executable, "-m", "inferwise.server", "predict", "--model", L8["model"]]
+    cmd += ["--gpu", L8["gpu"], "--disaggregate", "64:64", "--tensor-parallel-size", "8"]
+    cmd += ["--pipeline-parallel-size", "4"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert "--disaggregate" in p.stderr and "4096 GPUs" in p.stderr
