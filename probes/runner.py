@@ -659,7 +659,7 @@ def _short_outputs(records: list[RequestRecord], workload: Any) -> str | None:
     ignore_eos, or rejected it): decode time per request is then shorter than asked."""
     asked = got = 0
     for r in records:
-        if r.ok and not r.warmup and r.output_tokens is not None:
+        if r.ok and not r.warmup and r.output_tokens is not None and r.grader is None:
             want = workload.item(r.index).max_tokens
             if want:
                 asked += want

@@ -493,7 +493,7 @@ def _compare_pair(
         mann_whitney_p,
         slice_rates,
     )
-    from inferwise.probes.summary import meets
+    from inferwise.probes.summary import meets_goal
 
     out: list[MetricComparison] = []
     for k, metric in enumerate(_LATENCIES):
@@ -538,7 +538,7 @@ def _compare_pair(
             weights = [1.0] * len(ok)
         else:
             ok = [r for r in run.measured if r.end_s is not None]
-            weights = [1.0 if slo and meets(r, slo) else 0.0 for r in ok]
+            weights = [1.0 if slo and meets_goal(r, slo) else 0.0 for r in ok]
         slices = max(3, min(10, len(run.measured) // 10))
         return slice_rates([r.end_s for r in ok], weights, run.window[0], run.window[1], slices)
 
