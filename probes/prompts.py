@@ -145,9 +145,7 @@ def load_dataset(path: str) -> list[DatasetRow]:
                     "prompt, messages, question, input_tokens",
                 )
             messages = obj["messages"] if isinstance(obj.get("messages"), list) else None
-            rows.append(
-                DatasetRow(prompt, it, ot, messages, graded.prompt_id, graded.grader)
-            )
+            rows.append(DatasetRow(prompt, it, ot, messages, graded.prompt_id, graded.grader))
     if not rows:
         raise InputError("dataset", f"{path} holds no rows")
     return rows

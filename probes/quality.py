@@ -187,7 +187,9 @@ def compare_quality(
         out.note = "only one of the two runs was graded"
         return out
     out.accuracy_diff = c.correct / c.graded - b.correct / b.graded
-    out.diff_ci95_low, out.diff_ci95_high = newcombe_diff_ci(b.correct, b.graded, c.correct, c.graded)
+    out.diff_ci95_low, out.diff_ci95_high = newcombe_diff_ci(
+        b.correct, b.graded, c.correct, c.graded
+    )
     _test(out, base, cand, (b, c))
     if out.p_value is not None and out.p_value < alpha and out.accuracy_diff != 0:
         out.verdict = "better" if out.accuracy_diff > 0 else "worse"

@@ -79,7 +79,8 @@ class RequestRecord(BaseModel):
         "what `runs consistency` compares.",
     )
     prompt_id: str | None = Field(
-        default=None, description="The dataset row's id (or prompt hash): pairs prompts across runs."
+        default=None,
+        description="The dataset row's id (or prompt hash): pairs prompts across runs.",
     )
     grader: str | None = Field(default=None, description="The row's grader, when it has one.")
     correct: bool | None = Field(

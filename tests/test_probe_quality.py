@@ -80,8 +80,11 @@ def test_public_eval_formats_imply_their_grader(tmp_path) -> None:
             tmp_path / "pub.jsonl",
             [
                 {"question": "Tom has 3 [[answer: He has 1,234]]", "answer": "3+1=4\n#### 1,234"},
-                {"question": "Sky?", "choices": {"text": ["red", "blue"], "label": ["A", "B"]},
-                 "answerKey": "B"},
+                {
+                    "question": "Sky?",
+                    "choices": {"text": ["red", "blue"], "label": ["A", "B"]},
+                    "answerKey": "B",
+                },
             ],  # fmt: skip
         )
     )
@@ -119,3 +122,88 @@ def test_cli_exits_2_naming_the_row(tmp_path, capsys) -> None:
     ds = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "x", "expected": "(", "grader": "regex"}])
     assert cli.main(["probe", "http://127.0.0.1:9", "--dataset", ds]) == 2
     assert "line 1, field `expected`" in capsys.readouterr().err
+
+
+@pytest.fixture
+def three_runs(tmp_path):
+    """Twelve numeric questions: two runs that echo the right answers (texts stored), one
+    that answers with the sim's random words."""
+    rows = [
+        {"id": f"n{i}", "prompt": f"{i}*2? [[answer: it is {2 * i}]]", "expected": 2 * i,
+         "grader": "numeric"}
+        for i in range(12)
+    ]  # fmt: skip
+    ds = write_jsonl(tmp_path / "num.jsonl", rows)
+    db = str(tmp_path / "r.db")
+    ids = []
+    for echo in (True, True, False):
+        with SimServer(ttft_ms=5, itl_ms=1, echo_answers=echo) as sim:
+            res = probe(
+                url=sim.base_url, dataset=ds, requests=12, db=db, store_text=True, output_tokens=8
+            )
+        ids.append(res.run_id)
+    return db, ids
+
+
+def test_compare_reports_mcnemar_on_shared_prompts_and_calls_a_loss_below_the_floor_a_regression(
+    three_runs, tmp_path
+) -> None:
+    from inferwise.knowledge.quality_gate import compare_runs
+    from inferwise.probes.runs import CompareRunsRequest
+
+    db, (good, again, bad) = three_runs
+    wl = tmp_path / "wl.json"
+    wl.write_text(json.dumps({"product": {"quality_floor": "arith accuracy >= 90%"}}))
+    res = compare_runs(CompareRunsRequest(run_ids=[good, again, bad], db=db, workload=str(wl)))
+    same, worse = res.candidates
+    assert same.quality.accuracy_diff == 0 and same.quality.verdict == "within noise"
+    assert not same.regression and same.quality.test == "mcnemar_exact"
+    q = worse.quality
+    assert (q.baseline_accuracy, q.candidate_accuracy, q.paired_prompts) == (1.0, 0.0, 12)
+    assert q.test == "mcnemar_exact" and q.p_value == pytest.approx(2 / 2**12)
+    assert q.verdict == "worse" and "quality.accuracy" in worse.worse
+    assert q.quality_floor == pytest.approx(0.9) and worse.regression
+    assert "below the floor" in worse.regression_reason
+
+
+def test_compare_without_shared_prompts_uses_the_two_proportion_test() -> None:
+    from inferwise.probes.quality import compare_quality, two_proportion_p
+    from inferwise.probes.records import RequestRecord
+
+    def recs(prefix, n_ok, n):
+        return [
+            RequestRecord(index=i, ok=True, start_s=0.0, prompt_id=f"{prefix}{i}", grader="exact",
+                          correct=i < n_ok)
+            for i in range(n)
+        ]  # fmt: skip
+
+    q = compare_quality(recs("a", 80, 100), recs("b", 60, 100), floor=0.7)
+    assert q.test == "two_proportion_z" and q.paired_prompts == 0
+    assert q.p_value == pytest.approx(two_proportion_p(80, 100, 60, 100))
+    assert q.p_value == pytest.approx(0.00203, rel=0.01)  # pooled z = 3.086 for 0.80 vs 0.60
+    assert q.verdict == "worse" and q.below_floor
+    assert q.diff_ci95_low < -0.2 < q.diff_ci95_high < 0
+
+
+def test_runs_consistency_counts_identical_outputs_and_finds_the_first_divergence(
+    three_runs,
+) -> None:
+    from inferwise.probes.consistency import ConsistencyRequest, consistency
+
+    db, (good, again, bad) = three_runs
+    same = consistency(ConsistencyRequest(run_ids=[good, again], db=db))
+    assert (same.pairs, same.identical, same.identical_share) == (12, 12, 1.0)
+    assert same.paired_by == "prompt_id" and same.first_divergent_char_min is None
+    diff = consistency(ConsistencyRequest(run_ids=[good, bad], db=db))
+    assert diff.pairs == 12 and diff.identical == 0 and diff.compared_text == 12
+    assert diff.first_divergent_char_min == 0  # "it is 0" vs the sim's words
+    assert diff.divergences[0].reference_excerpt.startswith("it is")
+
+
+def test_wilson_interval_matches_its_closed_form_at_zero_successes() -> None:
+    from inferwise.probes.quality import Z95, wilson
+
+    low, high = wilson(0, 10)
+    assert low == 0.0 and high == pytest.approx(Z95**2 / (10 + Z95**2))  # 0.2775
+    low, high = wilson(10, 10)
+    assert high == 1.0 and low == pytest.approx(10 / (10 + Z95**2))
