@@ -206,4 +206,4 @@ def test_wilson_interval_matches_its_closed_form_at_zero_successes() -> None:
     low, high = wilson(0, 10)
     assert low == 0.0 and high == pytest.approx(Z95**2 / (10 + Z95**2))  # 0.2775
     low, high = wilson(10, 10)
-    assert high == 1.0 and low == pytest.approx(10 / (10 + Z95**2))
+    assert high == pytest.approx(1.0) and low == pytest.approx(10 / (10 + Z95**2))
