@@ -207,3 +207,24 @@ def test_wilson_interval_matches_its_closed_form_at_zero_successes() -> None:
     assert low == 0.0 and high == pytest.approx(Z95**2 / (10 + Z95**2))  # 0.2775
     low, high = wilson(10, 10)
     assert high == pytest.approx(1.0) and low == pytest.approx(10 / (10 + Z95**2))
+
+
+def test_plan_puts_the_baselines_measured_accuracy_and_the_floor_into_every_change_stage(
+    three_runs,
+) -> None:
+    from inferwise.knowledge.planning import PlanRequest, plan_experiments
+
+    db, (good, _, _) = three_runs
+    workload = {
+        "product": {"quality_floor": "arithmetic eval", "quality_floor_score": 0.95},
+        "slo": {"ttft_ms": {"p95": 500}},
+        "observations": {"ttft_ms": {"p95": 2000}, "itl_ms": {"p95": 20}},
+        "symptoms": ["ttft_high", "itl_normal"],
+    }
+    plan = plan_experiments(PlanRequest(workload=workload, run=good, db=db))
+    changes = [s for s in plan.stages if not s.variable.startswith("none (measurement")]
+    assert changes and all(
+        any("Graded accuracy" in x and "100.0%" in x and "95.0%" in x for x in s.acceptance)
+        for s in changes
+    ), [s.acceptance for s in changes]
+    assert any(f"run {good}): 100.0%, 12/12" in x for x in plan.acceptance_criteria.quality)
