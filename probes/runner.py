@@ -132,7 +132,8 @@ class ProbeRequest(BaseModel):
     )
     dataset: str | None = Field(
         None,
-        description="JSONL file of prompts (prompt or messages) and/or lengths (input_tokens, output_tokens) per line.",
+        description="JSONL file of prompts (prompt, messages or question) and/or lengths (input_tokens, output_tokens) per line; "
+        "rows may carry expected + grader (exact, contains, regex, numeric, json_schema, choice).",
     )
     slo: dict[str, float] | None = Field(
         None,

@@ -228,3 +228,34 @@ def test_plan_puts_the_baselines_measured_accuracy_and_the_floor_into_every_chan
         for s in changes
     ), [s.acceptance for s in changes]
     assert any(f"run {good}): 100.0%, 12/12" in x for x in plan.acceptance_criteria.quality)
+
+
+def test_mcp_probe_grades_the_dataset_and_compare_runs_shows_quality(tmp_path, monkeypatch) -> None:
+    from mcp.client import Client
+
+    from inferwise.server import mcp_server
+
+    monkeypatch.setenv("INFERWISE_DB", str(tmp_path / "runs.db"))
+    monkeypatch.setenv("INFERWISE_MCP_ALLOW_HOSTS", "127.0.0.1")
+    monkeypatch.setenv("INFERWISE_MCP_DATASET_DIR", str(tmp_path))  # the operator's eval folder
+    write_jsonl(tmp_path / "eval.jsonl", ROWS)
+    server = mcp_server.build_server()
+
+    async def go(url):
+        async with Client(server) as client:
+            args = {"url": url, "dataset": "eval.jsonl", "requests": 6}
+            a = await client.call_tool("probe_endpoint", args)
+            b = await client.call_tool("probe_endpoint", args)
+            ids = [a.structured_content["run_id"], b.structured_content["run_id"]]
+            cmp = await client.call_tool("compare_runs", {"run_ids": ids, "quality_floor": 0.9})
+            bad = await client.call_tool("probe_endpoint", {**args, "dataset": "../outside.jsonl"})
+            return a, cmp, bad
+
+    with SimServer(ttft_ms=5, itl_ms=1, echo_answers=True) as sim:
+        a, cmp, bad = asyncio.run(go(sim.base_url))
+    assert not a.is_error, a.content[0].text
+    assert a.structured_content["summary"]["quality"]["correct"] == 4
+    cand = cmp.structured_content["candidates"][0]
+    assert cand["quality"]["test"] == "mcnemar_exact" and cand["regression"] is True
+    assert "Graded accuracy" in cmp.content[0].text and "Regression" in cmp.content[0].text
+    assert bad.is_error and "outside the operator's dataset folder" in bad.content[0].text
