@@ -214,7 +214,8 @@ def _test(
         only_c = sum(1 for k in shared if cp[k].correct and not bp[k].correct)
         out.test, out.p_value = "mcnemar_exact", mcnemar_exact_p(only_b, only_c)
         out.note = (
-            f"{len(shared)} prompts graded in both runs: {only_b} passed only in the baseline, "
+            f"{len(shared)} prompts graded in both runs (the first request of each): {only_b} "
+            "passed only in the baseline, "
             f"{only_c} only in the candidate"
         )
         return

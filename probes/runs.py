@@ -657,7 +657,8 @@ def _regression_reason(
     speed = f"a speed-up ({', '.join(faster[:3])} better) that " if faster else ""
     low, high = quality.diff_ci95_low, quality.diff_ci95_high
     diff = (
-        f", {quality.accuracy_diff:+.1%} vs the baseline (95% CI [{low:+.1%}, {high:+.1%}])"
+        f", {100 * quality.accuracy_diff:+.1f} points vs the baseline "
+        f"(95% CI [{100 * low:+.1f}, {100 * high:+.1f}])"
         if quality.accuracy_diff is not None and low is not None and high is not None
         else ""
     )
