@@ -797,6 +797,10 @@ _EXPORT_COLUMNS = [
     "chunks",
     "tokens_per_chunk_mean",
     "schedule_delay_ms",
+    "prompt_id",
+    "grader",
+    "correct",
+    "output_sha256",
 ]
 
 
@@ -838,6 +842,10 @@ def export_rows(
             if r.chunk_tokens
             else None,
             "schedule_delay_ms": r.schedule_delay_ms,
+            "prompt_id": r.prompt_id,
+            "grader": r.grader,
+            "correct": r.correct,
+            "output_sha256": r.output_sha256,
         }
         if include_chunks:
             row["chunk_times_s"] = r.chunk_times_s

@@ -259,3 +259,48 @@ def test_mcp_probe_grades_the_dataset_and_compare_runs_shows_quality(tmp_path, m
     assert cand["quality"]["test"] == "mcnemar_exact" and cand["regression"] is True
     assert "Graded accuracy" in cmp.content[0].text and "Regression" in cmp.content[0].text
     assert bad.is_error and "outside the operator's dataset folder" in bad.content[0].text
+
+
+@pytest.mark.parametrize(
+    ("row", "output", "passes"),
+    [
+        ({"expected": -3.5, "grader": "numeric"}, "x = 2, so x - 5.5 = -3.5", True),
+        ({"expected": "#### 1,000", "grader": "numeric"}, "It costs $1,000.", True),
+        ({"expected": 10, "grader": "numeric", "tolerance": 0.5}, "about 10.4 apples", True),
+        ({"expected": 10, "grader": "numeric"}, "10 apples, then 12", False),  # the last number
+        ({"expected": 10, "grader": "numeric"}, "no number here", False),
+        ({"expected": "Paris", "grader": "exact"}, "  Paris\n", True),
+        ({"expected": "Paris", "grader": "exact"}, "paris", False),
+        ({"expected": "B", "grader": "choice"}, "B) Jupiter is the largest.", True),
+        ({"expected": "B", "grader": "choice"}, "I think the answer is B.", True),
+        ({"expected": "B", "grader": "choice"}, "Answer: (C), not B", False),
+        ({"expected": "B", "grader": "choice"}, "no letter given", False),
+        (
+            {"grader": "json_schema", "schema": {"type": "object", "required": ["a"]}},
+            'Here it is:\n```json\n{"a": 1}\n```',
+            True,
+        ),  # fmt: skip
+        (
+            {"grader": "json_schema", "schema": {"type": "object", "required": ["a"]}},
+            '{"b": 1}',
+            False,
+        ),  # fmt: skip
+        ({"grader": "json_schema", "schema": {"type": "object"}}, "not json", False),
+    ],
+)
+def test_each_grader_reads_the_answer_the_way_its_docstring_says(row, output, passes) -> None:
+    from inferwise.probes.graders import read_grading
+
+    grader = read_grading({"prompt": "p", **row}, 1).grader
+    assert grader is not None and grader.grade(output) is passes
+
+
+def test_export_carries_the_verdict_and_hash(three_runs) -> None:
+    from inferwise.probes.runs import ExportRunRequest, export_run
+
+    db, (good, _, _) = three_runs
+    out = export_run(ExportRunRequest(run_id=good, db=db))
+    rows = [json.loads(x) for x in out.content.splitlines()]
+    assert all(
+        r["correct"] is True and r["grader"] == "numeric" and r["output_sha256"] for r in rows
+    )
