@@ -257,6 +257,8 @@ def read_grading(obj: dict[str, Any], line: int) -> GradedPrompt:
         return GradedPrompt(prompt, prompt_id(obj, prompt or obj.get("prompt")), None)
     if grader not in GRADERS:
         raise _bad(line, "grader", f"unknown grader {grader!r}", ", ".join(GRADERS))
+    if prompt is None and obj.get("prompt") is None and obj.get("messages") is None:
+        raise _bad(line, "grader", "a graded row needs its own text", "prompt, messages, question")
     compiled = _compile(str(grader), obj, line, mc)
     return GradedPrompt(prompt, prompt_id(obj, prompt or obj.get("prompt")), compiled)
 

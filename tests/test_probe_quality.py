@@ -105,6 +105,7 @@ def test_public_eval_formats_imply_their_grader(tmp_path) -> None:
         ({"prompt": "x", "expected": "four", "grader": "numeric"}, "holds no number"),
         ({"question": "q", "choices": ["a", "b"], "answer": 7}, "outside the 2 choices"),
         ({"prompt": "x", "expected": "y"}, "field `grader`"),
+        ({"input_tokens": 9, "expected": "y", "grader": "exact"}, "needs its own text"),
     ],
 )
 def test_bad_grading_rows_stop_the_probe_before_anything_is_sent(tmp_path, row, needle) -> None:
