@@ -362,11 +362,11 @@ class CompareRunsRequest(BaseModel):
         default=None,
         ge=0,
         le=100,
-        description="Minimum graded accuracy (0-1, or percent): a candidate below it is a regression.",
+        description="Minimum graded accuracy (0-1 or %): a candidate below it is a regression.",
     )
     workload: str | None = Field(
         default=None,
-        description="Workload file whose product.quality_floor_score (or quality_floor) is the floor.",
+        description="Workload file; its product.quality_floor_score is the floor.",
     )
     db: str | None = Field(default=None, description=_DB_DESC)
 
