@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .disaggregation import (
@@ -155,11 +155,7 @@ def _scan(
     """The gain at a few multiples of the design load (fewer requests each)."""
     inp, out, cached = arrays
     n = min(len(inp), 300)
-    sub = (
-        cached
-        if cached is None
-        else type(cached)(cached.tokens[:n], False, cached.shared_kv_tokens)
-    )
+    sub = None if cached is None else replace(cached, tokens=cached.tokens[:n])
     points = []
     for m in SCAN:
         load = design_load(req).scaled(m)
