@@ -769,7 +769,7 @@ def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetRe
     recommender checking a fleet it sized. ``max_rate_under_slo`` and
     ``replicas_needed`` are then null.
     """
-    from .predict import percentiles, saturation_point, weighted_percentiles
+    from .predict import percentiles, weighted_percentiles
     from .roofline import StepModel
 
     _check_request(req)
@@ -794,15 +794,7 @@ def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetRe
     components = _components(req, m, key)
     binding, binding_target = _binding(components, checks, key)
 
-    arrays = wl.arrays(256)
-    mean_in, mean_out = (float(a.mean()) for a in arrays)
-    hits = plan_hits(req, model, *arrays, conc)
-    sat = saturation_point(model, mean_in, mean_out, hits.effective_hit_rate if hits else 0.0)
-    split = parse_split(req)
-    if split is not None:
-        from .disaggregation import capacity_per_s
-
-        sat.max_requests_per_s = capacity_per_s(model, split, mean_in, mean_out)
+    mean_in, mean_out, sat = _saturation(req, model, wl, conc)
     max_rate, max_conc = (
         _load_that_fits(req, model, wl, costs, conc, sat.max_requests_per_s)
         if find_max_rate
@@ -869,6 +861,25 @@ def _assumptions(req: BudgetRequest, model: Any) -> list[str]:
         *_disaggregation_assumption(req),
         *model.notes,
     ]
+
+
+def _saturation(
+    req: BudgetRequest, model: Any, wl: _Workload, conc: int | None
+) -> tuple[float, float, Any]:
+    """(mean input, mean output, saturation point) of one replica: its prefix-cache hits
+    priced in, and for a P:D replica the slower pool's capacity."""
+    from .predict import saturation_point
+
+    arrays = wl.arrays(256)
+    mean_in, mean_out = (float(a.mean()) for a in arrays)
+    hits = plan_hits(req, model, *arrays, conc)
+    sat = saturation_point(model, mean_in, mean_out, hits.effective_hit_rate if hits else 0.0)
+    split = parse_split(req)
+    if split is not None:
+        from .disaggregation import capacity_per_s
+
+        sat.max_requests_per_s = capacity_per_s(model, split, mean_in, mean_out)
+    return mean_in, mean_out, sat
 
 
 def _disaggregation_assumption(req: BudgetRequest) -> list[str]:

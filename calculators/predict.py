@@ -443,15 +443,7 @@ def predict_performance(req: PredictRequest) -> PredictResult:
         tensor_parallel_size=req.tensor_parallel_size,
         pipeline_parallel_size=req.pipeline_parallel_size,
         engine=req.engine,
-        load=Load(
-            mode=mode,
-            concurrency=req.concurrency if mode == "concurrency" else None,
-            request_rate=req.request_rate if mode == "rate" else None,
-            burstiness=req.burstiness if mode == "rate" else None,
-            num_requests=len(inp),
-            input_tokens=_dist(inp),
-            output_tokens=_dist(out),
-        ),
+        load=_load_block(req, mode, inp, out),
         ttft_ms=measured(percentiles(stats.ttft_ms), "TTFT"),
         itl_ms=itl,
         tpot_ms=percentiles(stats.tpot_ms),
@@ -530,6 +522,20 @@ def _prefix_result(run: LoadRun, itl: Percentiles | None) -> PrefixCacheResult |
         ttft.p50 if ttft else 0.0,
         run.stats.output_tokens_per_s,
         run.stats_without_cache,
+    )
+
+
+def _load_block(
+    req: PredictRequest, mode: Literal["concurrency", "rate", "offline"], inp: Any, out: Any
+) -> Load:
+    return Load(
+        mode=mode,
+        concurrency=req.concurrency if mode == "concurrency" else None,
+        request_rate=req.request_rate if mode == "rate" else None,
+        burstiness=req.burstiness if mode == "rate" else None,
+        num_requests=len(inp),
+        input_tokens=_dist(inp),
+        output_tokens=_dist(out),
     )
 
 

@@ -29,6 +29,10 @@ def _slo(metric: str) -> Any:
     )
 
 
+SPEC_FIELDS = ("speculative_method", "spec_acceptance_length", "num_speculative_tokens")
+"""The speculative-decoding flags the search passes on unchanged (tried on the fleet)."""
+
+
 class RecommendRequest(BaseModel):
     """Requirements: a workload file and/or flags (flags win)."""
 
@@ -323,9 +327,7 @@ def search_spec(req: RecommendRequest) -> Any:
     }
     if req.quality_margin is not None:
         fields["quality_margin"] = req.quality_margin
-    fields["speculative_method"] = req.speculative_method
-    fields["spec_acceptance_length"] = req.spec_acceptance_length
-    fields["num_speculative_tokens"] = req.num_speculative_tokens
+    fields.update(req.model_dump(include=set(SPEC_FIELDS)))
     if fields["availability"] is not None and fields["availability"] >= 1:
         raise InputError("availability", "must be below 1 (e.g. 0.999)")
     try:
