@@ -737,8 +737,19 @@ def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetRe
     ``find_max_rate=False`` skips the rate search (about ten simulations) for a
     caller that already knows the rate and only needs the design point: the
     recommender checking a fleet it sized. ``max_rate_under_slo`` and
-    ``replicas_needed`` are then null.
+    ``replicas_needed`` are then null. Without max_model_len, a model whose
+    default context does not fit is budgeted at the longest context that does.
     """
+    from .context_window import with_fitting_context
+
+    req, context_note = with_fitting_context(req)
+    result = _decompose(req, find_max_rate)
+    if context_note:
+        result.assumptions.insert(0, context_note)
+    return result
+
+
+def _decompose(req: BudgetRequest, find_max_rate: bool) -> BudgetResult:
     from .predict import percentiles, saturation_point, weighted_percentiles
     from .roofline import StepModel
 

@@ -374,7 +374,20 @@ def bound_of(
 
 
 def predict_performance(req: PredictRequest) -> PredictResult:
-    """Simulate the deployment under the requested load; see the module docstring."""
+    """Simulate the deployment under the requested load; see the module docstring.
+
+    Without max_model_len, a model whose default context does not fit is predicted
+    at the longest context that does (``context_window``), said in the assumptions."""
+    from .context_window import with_fitting_context
+
+    req, context_note = with_fitting_context(req)
+    result = _predict(req)
+    if context_note:
+        result.assumptions.insert(0, context_note)
+    return result
+
+
+def _predict(req: PredictRequest) -> PredictResult:
     import numpy as np
 
     from .roofline import StepModel
