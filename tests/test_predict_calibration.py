@@ -46,7 +46,12 @@ def measurements() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def errors(measurements) -> dict[str, list[tuple[str, float]]]:
-    out: dict[str, list[tuple[str, float]]] = {"calibration": [], "holdout": [], "rejected": []}
+    out: dict[str, list[tuple[str, float]]] = {
+        "calibration": [],
+        "holdout": [],
+        "held_out": [],
+        "rejected": [],
+    }
     for m in measurements:
         try:
             pred = simulate_measurement(m)
@@ -65,7 +70,7 @@ def test_measurements_are_sourced_and_cover_the_space(measurements):
     for m in measurements:
         assert set(m) >= REQUIRED, m["id"]
         assert m["source_url"].startswith("https://")
-        assert m["split"] in ("calibration", "holdout")
+        assert m["split"] in ("calibration", "holdout", "held_out")
     values = sum(len(m["values"]) for m in measurements)
     assert values >= 40
     assert {m["gpu"] for m in measurements} >= {
