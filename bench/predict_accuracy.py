@@ -27,6 +27,12 @@ from inferwise.calculators.calibration import (
     simulate_measurement,
 )
 from inferwise.calculators.catalog import get_gpu
+from inferwise.calculators.intervals import interval_table, ratio_interval
+
+try:  # run as a script (bench/ on sys.path) or imported as bench.predict_accuracy
+    from prediction_intervals import Residual, interval_cells, residuals
+except ImportError:
+    from bench.prediction_intervals import Residual, interval_cells, residuals
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "perf_measurements.toml"
@@ -92,6 +98,60 @@ def summary(label: str, errors: dict[str, list[float]]) -> None:
         within += ok
     if total:
         print(f"  {'all':11} {within:3d}/{total:3d} = {within / total:5.0%}")
+
+
+def covered(r: Residual, cells: dict) -> bool:
+    """Whether the measured value lies in the interval the table gives its regime."""
+    lo, hi, _, _ = ratio_interval(r.family, r.engine, r.load, r.context, {"regime": cells})
+    return r.predicted > 0 and lo <= r.ratio <= hi
+
+
+def coverage_flags(rs: list[Residual], pool: list[Residual]) -> list[bool]:
+    """Interval coverage of each residual, the interval built WITHOUT its own source
+    (leave one source out), so a source never vouches for itself."""
+    by_source: dict[str, dict] = {}
+    flags = []
+    for r in rs:
+        if r.source not in by_source:
+            by_source[r.source] = interval_cells([p for p in pool if p.source != r.source])
+        flags.append(covered(r, by_source[r.source]))
+    return flags
+
+
+def split_report(rs: list[Residual], flags: list[bool]) -> None:
+    """Per split, metric family and engine family: within +-30 %, median |error|, coverage."""
+    print(
+        f"\n{'split':12} {'metric':11} {'engine':7} {'n':>4} {'within30':>9} "
+        f"{'median|err|':>12} {'coverage':>9}"
+    )
+    rows: dict[tuple[str, str, str], list[tuple[Residual, bool]]] = {}
+    for r, f in zip(rs, flags, strict=True):
+        for key in (
+            (r.split, r.family, r.engine),
+            (r.split, r.family, "all"),
+            (r.split, "all", "all"),
+        ):
+            rows.setdefault(key, []).append((r, f))
+    for (split, family, engine), members in sorted(rows.items()):
+        errs = sorted(
+            abs(r.predicted / r.measured - 1) if r.predicted > 0 else math.inf for r, _ in members
+        )
+        ok = sum(1 for e in errs if e <= TOLERANCE)
+        cov = sum(1 for _, f in members if f) / len(members)
+        print(
+            f"{split:12} {family:11} {engine:7} {len(errs):4d} {ok / len(errs):9.0%} "
+            f"{errs[len(errs) // 2]:12.0%} {cov:9.0%}"
+        )
+
+
+def interval_report(measurements: list[dict]) -> None:
+    """The issue's table: calibration vs held-out, with interval coverage (calibration
+    rows against the stored table; held-out rows leave their own source out)."""
+    cal = residuals([m for m in measurements if m.get("split") == "calibration"])
+    out = residuals([m for m in measurements if m.get("split") != "calibration"])
+    stored = interval_table().get("regime", {})
+    flags = [covered(r, stored) for r in cal] + coverage_flags(out, out)
+    split_report(cal + out, flags)
 
 
 def fit(calibration: list[dict]) -> dict[str, object]:
@@ -177,6 +237,7 @@ def main() -> int:
     summary("held back", e_hold)
     both = {k: e_cal.get(k, []) + e_hold.get(k, []) for k in set(e_cal) | set(e_hold)}
     summary("all", both)
+    interval_report(ms)
     return 0
 
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .bounds import MAX_BURSTINESS, MAX_SEED, MIN_BURSTINESS, check_rate
 from .deployment import Deployment
 from .errors import InputError, OperationalError
+from .intervals import PredictIntervals
 from .spec_decode import SpeculativeFields, SpeculativeResult
 
 Bound = Literal["compute", "memory-bandwidth", "communication", "overhead"]
@@ -210,6 +211,10 @@ class PredictResult(BaseModel):
         default=None,
         description="What speculative decoding buys at this load (null when speculative_method is not set).",
     )
+    intervals: PredictIntervals | None = Field(
+        default=None,
+        description="p10-p90 range of each metric from held-out published measurements.",
+    )
 
 
 # --------------------------------------------------------------------------- helpers shared with budget
@@ -384,6 +389,9 @@ def predict_performance(req: PredictRequest) -> PredictResult:
     result = _predict(req)
     if context_note:
         result.assumptions.insert(0, context_note)
+    from .intervals import predict_intervals
+
+    result.intervals = predict_intervals(result, req.engine, req.concurrency, req.request_rate)
     return result
 
 
@@ -421,7 +429,7 @@ def _predict(req: PredictRequest) -> PredictResult:
         engine=req.engine,
         load=Load(
             mode=mode,
-            concurrency=req.concurrency if mode == "concurrency" else None,
+            concurrency=(req.concurrency or 1) if mode == "concurrency" else None,
             request_rate=req.request_rate if mode == "rate" else None,
             burstiness=req.burstiness if mode == "rate" else None,
             num_requests=len(inp),
