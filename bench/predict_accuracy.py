@@ -154,8 +154,12 @@ def interval_report(measurements: list[dict]) -> None:
     split_report(cal + out, flags)
 
 
-def fit(calibration: list[dict]) -> dict[str, object]:
-    """Fit each group's factors on its calibration entries."""
+NEW_TERMS = ("compute_half_tokens", "attn_seq_overhead_us")
+
+
+def fit(calibration: list[dict], new_terms: bool = False) -> dict[str, object]:
+    """Fit each group's factors on its calibration entries (with new_terms, also the
+    optional GEMM ramp and per-sequence attention cost, started at 256 tokens / 0.5 us)."""
     groups: dict[str, list[dict]] = {}
     for m in calibration:
         groups.setdefault(group_of(m), []).append(m)
@@ -203,6 +207,9 @@ def fit(calibration: list[dict]) -> dict[str, object]:
                 "allreduce_latency_us",
             )
         )
+        if new_terms:
+            keys = (*keys, *NEW_TERMS)
+            start = replace(start, compute_half_tokens=256.0, attn_seq_overhead_us=0.5)
         t0 = time.perf_counter()
         eff, rms = fit_efficiency(ms, start, keys)
         fitted[g] = eff
@@ -223,12 +230,17 @@ def main() -> int:
     ap.add_argument(
         "--fit", action="store_true", help="re-fit the factors on the calibration part first"
     )
+    ap.add_argument(
+        "--new-terms",
+        action="store_true",
+        help="with --fit: also fit compute_half_tokens and attn_seq_overhead_us",
+    )
     ap.add_argument("--data", default=str(DATA))
     args = ap.parse_args()
     ms = load_measurements(args.data)
     calibration = [m for m in ms if m.get("split") == "calibration"]
     holdout = [m for m in ms if m.get("split") != "calibration"]
-    factors = fit(calibration) if args.fit else None
+    factors = fit(calibration, args.new_terms) if args.fit else None
     print(f"\n== calibration part ({len(calibration)} entries)")
     e_cal = table(calibration, factors)
     print(f"\n== held-back part ({len(holdout)} entries, never used for fitting)")

@@ -31,6 +31,8 @@ _KEYS = (
     "per_seq_overhead_ms",
     "link_fraction",
     "eager_overhead_factor",
+    "compute_half_tokens",
+    "attn_seq_overhead_us",
 )
 
 
@@ -86,6 +88,8 @@ def load_efficiency(gpu: Any, engine: str = "vllm") -> Efficiency:
         kv_bandwidth_fraction=float(
             merged.get("kv_bandwidth_fraction") or merged["bandwidth_fraction"]
         ),
+        compute_half_tokens=float(merged.get("compute_half_tokens", 0.0)),
+        attn_seq_overhead_us=float(merged.get("attn_seq_overhead_us", 0.0)),
         source=f"data/efficiency.toml [{', '.join(used)}]: {merged.get('source', '')}",
     )
 
@@ -225,6 +229,8 @@ _BOUNDS = {
     "per_seq_overhead_ms": (0.0, 0.2),
     "allreduce_latency_us": (2.0, 200.0),
     "link_fraction": (0.1, 0.95),
+    "compute_half_tokens": (1.0, 4096.0),
+    "attn_seq_overhead_us": (0.01, 20.0),
 }
 
 
