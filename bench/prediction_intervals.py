@@ -31,6 +31,7 @@ from inferwise.calculators.calibration import (
 )
 from inferwise.calculators.intervals import (
     INTERVALS_FILE,
+    architecture_class,
     context_band,
     engine_family,
     load_band,
@@ -54,6 +55,7 @@ class Residual:
     engine: str
     load: str
     context: str
+    arch: str
     measured: float
     predicted: float
 
@@ -62,7 +64,7 @@ class Residual:
         return self.measured / self.predicted if self.predicted > 0 else math.inf
 
     def regime(self) -> tuple[str, ...]:
-        return regime_keys(self.family, self.engine, self.load, self.context)
+        return regime_keys(self.family, self.engine, self.load, self.context, self.arch)
 
 
 def measurement_regime(m: dict) -> tuple[str, str, str]:
@@ -77,6 +79,18 @@ def measurement_regime(m: dict) -> tuple[str, str, str]:
     )
 
 
+def measurement_architecture(m: dict) -> str:
+    """dense or moe, from the model the measurement ran (dense when it cannot be built)."""
+    from inferwise.calculators.calibration import measurement_deployment
+    from inferwise.calculators.roofline import StepModel
+
+    try:
+        experts = StepModel.from_deployment(measurement_deployment(m)).shape.num_experts
+    except Exception:  # noqa: BLE001 - a deployment the fit rejects: it has no prediction either
+        experts = 0
+    return architecture_class(experts)
+
+
 def residuals(measurements: list[dict], efficiencies: dict | None = None) -> list[Residual]:
     """Simulate each measurement once (optionally with other factors, keyed by id)."""
     out: list[Residual] = []
@@ -86,6 +100,7 @@ def residuals(measurements: list[dict], efficiencies: dict | None = None) -> lis
         except Exception:  # noqa: BLE001 - a run the model refuses has no residual
             pred = {}
         engine, load, context = measurement_regime(m)
+        arch = measurement_architecture(m)
         for name, measured in m["values"].items():
             p = float(pred.get(name, math.nan))
             out.append(
@@ -98,6 +113,7 @@ def residuals(measurements: list[dict], efficiencies: dict | None = None) -> lis
                     engine,
                     load,
                     context,
+                    arch,
                     float(measured),
                     p if p == p else -1.0,
                 )

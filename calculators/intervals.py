@@ -64,9 +64,22 @@ def context_band(input_tokens: float, output_tokens: float) -> str:
     return "ctx<=2k" if tokens <= 2048 else ("ctx2k-8k" if tokens <= 8192 else "ctx>8k")
 
 
-def regime_keys(family: str, engine: str, load: str, context: str) -> tuple[str, ...]:
-    """The regime's keys from most specific to coarsest (the look-up order)."""
+def architecture_class(num_experts: int) -> str:
+    """dense or moe: MoE (and MLA, which comes with MoE here) models miss differently."""
+    return "moe" if num_experts else "dense"
+
+
+def regime_keys(
+    family: str, engine: str, load: str, context: str, arch: str = "dense"
+) -> tuple[str, ...]:
+    """The regime's keys from most specific to coarsest (the look-up order): the
+    architecture class first (a dense model should not borrow MoE misses while dense
+    evidence exists), then engine, load and context without it."""
     return (
+        f"{family}|{engine}|{load}|{context}|{arch}",
+        f"{family}|{engine}|{load}|{arch}",
+        f"{family}|{engine}|{arch}",
+        f"{family}|{arch}",
         f"{family}|{engine}|{load}|{context}",
         f"{family}|{engine}|{load}",
         f"{family}|{engine}",
@@ -110,11 +123,16 @@ def interval_table() -> dict[str, Any]:
 
 
 def ratio_interval(
-    family: str, engine: str, load: str, context: str, table: dict[str, Any] | None = None
+    family: str,
+    engine: str,
+    load: str,
+    context: str,
+    table: dict[str, Any] | None = None,
+    arch: str = "dense",
 ) -> tuple[float, float, str, int]:
     """(ratio p10, ratio p90, regime, values) for a regime, falling back to coarser ones."""
     cells = (table if table is not None else interval_table()).get("regime", {})
-    keys = regime_keys(family, engine, load, context)
+    keys = regime_keys(family, engine, load, context, arch)
     for key in keys:
         cell = cells.get(key)
         if not cell or int(cell["values"]) < MIN_VALUES:
@@ -125,20 +143,25 @@ def ratio_interval(
     return NO_DATA_RATIOS[0], NO_DATA_RATIOS[1], "no data", 0
 
 
-def interval_for(value: float, family: str, regime: tuple[str, str, str]) -> Interval:
-    """The interval of one predicted value (regime = engine, load band, context band)."""
-    lo, hi, key, n = ratio_interval(family, *regime)
+def interval_for(value: float, family: str, regime: tuple[str, str, str, str]) -> Interval:
+    """The interval of one predicted value (regime = engine, load band, context band,
+    architecture class)."""
+    engine, load, context, arch = regime
+    lo, hi, key, n = ratio_interval(family, engine, load, context, arch=arch)
     return Interval(
         low=value * lo, high=value * hi, ratio_p10=lo, ratio_p90=hi, regime=key, values=n
     )
 
 
-def predict_intervals(result: Any, engine: str, concurrency: int | None, rate: float | None) -> Any:
+def predict_intervals(
+    result: Any, engine: str, concurrency: int | None, rate: float | None, num_experts: int = 0
+) -> Any:
     """The intervals block of a PredictResult (typed ``PredictIntervals``)."""
     regime = (
         engine_family(engine),
         load_band(concurrency if concurrency or rate is not None else 1, rate),
         context_band(result.load.input_tokens["mean"], result.load.output_tokens["mean"]),
+        architecture_class(num_experts),
     )
     meta = interval_table().get("meta", {})
     return PredictIntervals(

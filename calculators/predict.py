@@ -390,8 +390,12 @@ def predict_performance(req: PredictRequest) -> PredictResult:
     if context_note:
         result.assumptions.insert(0, context_note)
     from .intervals import predict_intervals
+    from .roofline import StepModel
 
-    result.intervals = predict_intervals(result, req.engine, req.concurrency, req.request_rate)
+    experts = StepModel.from_deployment(req).shape.num_experts  # cached: the run's own model
+    result.intervals = predict_intervals(
+        result, req.engine, req.concurrency, req.request_rate, experts
+    )
     return result
 
 
