@@ -72,19 +72,15 @@ def architecture_class(num_experts: int) -> str:
 def regime_keys(
     family: str, engine: str, load: str, context: str, arch: str = "dense"
 ) -> tuple[str, ...]:
-    """The regime's keys from most specific to coarsest (the look-up order): the
-    architecture class first (a dense model should not borrow MoE misses while dense
-    evidence exists), then engine, load and context without it."""
+    """The regime's keys from most specific to coarsest (the look-up order). The
+    architecture class is never dropped: a dense model's interval must not borrow the
+    misses of MoE/MLA models (or the reverse); with no evidence in its class the
+    interval is the wide no-data default, said as such."""
     return (
         f"{family}|{engine}|{load}|{context}|{arch}",
         f"{family}|{engine}|{load}|{arch}",
         f"{family}|{engine}|{arch}",
         f"{family}|{arch}",
-        f"{family}|{engine}|{load}|{context}",
-        f"{family}|{engine}|{load}",
-        f"{family}|{engine}",
-        f"{family}|{load}",
-        family,
     )
 
 

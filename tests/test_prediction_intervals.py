@@ -50,8 +50,8 @@ def test_predict_brackets_each_metric_and_names_its_basis():
 def test_a_regime_without_enough_data_falls_back_and_says_so():
     table = {
         "regime": {
-            "ttft": {"ratio_p10": 0.8, "ratio_p90": 1.3, "values": 20, "sources": 4},
-            "ttft|vllm|c1|ctx<=2k": {
+            "ttft|dense": {"ratio_p10": 0.8, "ratio_p90": 1.3, "values": 20, "sources": 4},
+            "ttft|vllm|c1|ctx<=2k|dense": {
                 "ratio_p10": 0.99,
                 "ratio_p90": 1.01,
                 "values": 5,
@@ -60,7 +60,7 @@ def test_a_regime_without_enough_data_falls_back_and_says_so():
         }
     }
     lo, hi, key, n = ratio_interval("ttft", "vllm", "c1", "ctx<=2k", table)
-    assert (lo, hi, key, n) == (0.8, 1.3, "ttft", 20)  # 5 values of one source earn nothing
+    assert (lo, hi, key, n) == (0.8, 1.3, "ttft|dense", 20)  # 5 values of one source earn nothing
     lo, hi, key, n = ratio_interval("itl", "vllm", "c1", "ctx<=2k", table)
     assert (lo, hi) == NO_DATA_RATIOS and key == "no data" and n == 0
 
@@ -69,3 +69,11 @@ def test_regime_bands():
     assert load_band(1, None) == "c1" and load_band(16, None) == "c2-16"
     assert load_band(None, float("inf")) == "c17+" and load_band(None, 2.0) == "rate"
     assert context_band(1500, 500) == "ctx<=2k" and context_band(20_000, 2000) == "ctx>8k"
+
+
+def test_a_dense_model_never_borrows_moe_misses():
+    moe = {"ratio_p10": 3.0, "ratio_p90": 40.0, "values": 50, "sources": 3}
+    table = {"regime": {"ttft|vllm|moe": moe, "ttft|moe": moe}}
+    assert ratio_interval("ttft", "vllm", "c2-16", "ctx2k-8k", table, arch="moe")[:2] == (3.0, 40.0)
+    lo, hi, key, _ = ratio_interval("ttft", "vllm", "c2-16", "ctx2k-8k", table, arch="dense")
+    assert (lo, hi, key) == (*NO_DATA_RATIOS, "no data")
