@@ -50,6 +50,7 @@ from .bounds import (
 )
 from .deployment import Deployment
 from .errors import InputError
+from .intervals import PredictIntervals
 from .predict import MAX_REQUESTS, Percentiles, check_p95_lengths, measured
 from .spec_decode import SpeculativeFields, SpeculativeResult
 
@@ -332,6 +333,10 @@ class BudgetResult(BaseModel):
         default=None,
         description="Speculative decoding at the design load (null when speculative_method is not "
         "set); the SLO checks above are for the plain engine.",
+    )
+    intervals: PredictIntervals | None = Field(
+        default=None,
+        description="p10-p90 range of the predicted TTFT/ITL/E2E medians from held-out measurements.",
     )
     itl_ms: Percentiles | None = Field(
         description="Client-side inter-token latency; null when requests generate one token."
@@ -746,6 +751,16 @@ def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetRe
     result = _decompose(req, find_max_rate)
     if context_note:
         result.assumptions.insert(0, context_note)
+    from .intervals import latency_intervals
+    from .roofline import StepModel
+
+    result.intervals = latency_intervals(
+        result,
+        req.engine,
+        (result.design_concurrency, result.design_request_rate),
+        (req.input_tokens, req.output_tokens),
+        StepModel.from_deployment(req).shape.num_experts,
+    )
     return result
 
 

@@ -102,8 +102,10 @@ class PredictIntervals(BaseModel):
     itl_ms: Interval | None = None
     tpot_ms: Interval | None = None
     e2e_ms: Interval
-    output_tokens_per_s: Interval
-    requests_per_s: Interval
+    output_tokens_per_s: Interval | None = Field(
+        default=None, description="Null in a budget (it predicts latencies, not throughput)."
+    )
+    requests_per_s: Interval | None = None
     basis: str = Field(
         description="Which measurements and factor set the intervals rest on, and how made."
     )
@@ -149,6 +151,40 @@ def interval_for(value: float, family: str, regime: tuple[str, str, str, str]) -
     )
 
 
+def latency_intervals(
+    latencies: Any,
+    engine: str,
+    load: tuple[int | None, float | None],
+    lengths: tuple[float, float],
+    num_experts: int = 0,
+) -> PredictIntervals:
+    """Intervals for a budget's predicted TTFT / ITL / E2E medians (``latencies`` has
+    ``ttft_ms``, ``itl_ms``, ``e2e_ms`` percentile objects; the design load and lengths
+    pick the regime)."""
+    concurrency, rate = load
+    regime = (
+        engine_family(engine),
+        load_band(concurrency if concurrency or rate is not None else 1, rate),
+        context_band(*lengths),
+        architecture_class(num_experts),
+    )
+    itl = latencies.itl_ms
+    return PredictIntervals(
+        ttft_ms=interval_for(latencies.ttft_ms.p50, "ttft", regime),
+        itl_ms=interval_for(itl.p50, "itl", regime) if itl else None,
+        e2e_ms=interval_for(latencies.e2e_ms.p50, "e2e", regime),
+        basis=_basis(),
+    )
+
+
+def _basis() -> str:
+    return str(
+        interval_table()
+        .get("meta", {})
+        .get("basis", "no interval table (run bench/prediction_intervals.py): factor-of-3 defaults")
+    )
+
+
 def predict_intervals(
     result: Any, engine: str, concurrency: int | None, rate: float | None, num_experts: int = 0
 ) -> Any:
@@ -159,7 +195,6 @@ def predict_intervals(
         context_band(result.load.input_tokens["mean"], result.load.output_tokens["mean"]),
         architecture_class(num_experts),
     )
-    meta = interval_table().get("meta", {})
     return PredictIntervals(
         ttft_ms=interval_for(result.ttft_ms.p50, "ttft", regime),
         itl_ms=interval_for(result.itl_ms.p50, "itl", regime) if result.itl_ms else None,
@@ -167,10 +202,5 @@ def predict_intervals(
         e2e_ms=interval_for(result.e2e_ms.p50, "e2e", regime),
         output_tokens_per_s=interval_for(result.output_tokens_per_s, "throughput", regime),
         requests_per_s=interval_for(result.requests_per_s, "throughput", regime),
-        basis=str(
-            meta.get(
-                "basis",
-                "no interval table (run bench/prediction_intervals.py): factor-of-3 defaults",
-            )
-        ),
+        basis=_basis(),
     )

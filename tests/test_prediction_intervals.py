@@ -77,3 +77,17 @@ def test_a_dense_model_never_borrows_moe_misses():
     assert ratio_interval("ttft", "vllm", "c2-16", "ctx2k-8k", table, arch="moe")[:2] == (3.0, 40.0)
     lo, hi, key, _ = ratio_interval("ttft", "vllm", "c2-16", "ctx2k-8k", table, arch="dense")
     assert (lo, hi, key) == (*NO_DATA_RATIOS, "no data")
+
+
+def test_budget_brackets_its_predicted_latencies_too():
+    from inferwise.calculators.budget import BudgetRequest, decompose_budget
+
+    r = decompose_budget(
+        BudgetRequest(
+            **L8, input_tokens=1000, output_tokens=200, request_rate=2, slo_e2e_ms={"p95": 20_000}
+        )
+    )
+    iv = r.intervals
+    assert iv is not None and iv.output_tokens_per_s is None
+    assert iv.ttft_ms.low == pytest.approx(r.ttft_ms.p50 * iv.ttft_ms.ratio_p10)
+    assert iv.e2e_ms.high == pytest.approx(r.e2e_ms.p50 * iv.e2e_ms.ratio_p90)
