@@ -123,3 +123,17 @@ def test_every_factor_in_the_table_reaches_the_model():
                 assert eff.allreduce_latency_us == value[get_gpu(gpu_id).interconnect]
             elif key != "source":
                 assert getattr(eff, key) == pytest.approx(value), key
+
+
+def test_every_held_out_row_builds_its_deployment(measurements):
+    """The held-out rows are only simulated by the bench; a row whose deployment the model
+    cannot even build (a typo in a model id, a run that does not fit) must fail here."""
+    from inferwise.calculators.calibration import measurement_deployment
+    from inferwise.calculators.roofline import StepModel
+
+    held_out = [m for m in measurements if m["split"] == "held_out"]
+    assert len({m["source_url"] for m in held_out}) >= 4
+    assert sum(len(m["values"]) for m in held_out) >= 300
+    for m in held_out:
+        assert m.get("source_date"), m["id"]
+        StepModel.from_deployment(measurement_deployment(m))
