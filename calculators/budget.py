@@ -49,9 +49,11 @@ from .bounds import (
     check_slo_targets,
 )
 from .deployment import Deployment
+from .disaggregation import DisaggregationFields, parse_split
 from .errors import InputError
 from .intervals import PredictIntervals
 from .predict import MAX_REQUESTS, Percentiles, check_p95_lengths, measured
+from .prefix_cache import PrefixCacheFields, plan_hits
 from .spec_decode import SpeculativeFields, SpeculativeResult
 
 Stage = Literal["queue", "network", "preprocessing", "prefill", "decode", "postprocessing"]
@@ -128,7 +130,7 @@ def _slo_field(metric: str) -> Any:
     )
 
 
-class BudgetRequest(SpeculativeFields, Deployment):
+class BudgetRequest(DisaggregationFields, PrefixCacheFields, SpeculativeFields, Deployment):
     """SLO targets, the workload and the deployment to budget."""
 
     model_config = ConfigDict(extra="forbid")
@@ -393,6 +395,10 @@ def _simulate(
         service = model.prefill_ms(int(mean_in)) + mean_out * model.decode_ms(
             conc, mean_in + mean_out / 2
         )
+    prefix = plan_hits(wl.req, model, inp, out, conc)
+    split = parse_split(wl.req)
+    if split is not None:
+        return _simulate_disaggregated(model, wl.req, split, (inp, out, prefix), conc, rate)
     return simulate_load(
         model,
         inp,
@@ -402,7 +408,31 @@ def _simulate(
         burstiness=burst,
         seed=seed,
         stagger_ms=service,
+        cached=prefix and prefix.cached,
     )
+
+
+def _simulate_disaggregated(
+    model: Any,
+    req: Any,
+    split: Any,
+    arrays: tuple[Any, Any, Any],
+    conc: int | None,
+    rate: float | None,
+) -> Any:
+    """The budget's load on one P:D replica, as (result, stats) of the aggregated kind; a
+    closed loop's rate comes from Little's law, so its stats are the wall-clock ones."""
+    from . import disaggregation as dg
+    from .batching_sim import load_stats
+    from .disaggregation_eval import DesignLoad
+
+    inp, out, prefix = arrays
+    load = DesignLoad(conc, rate, req.burstiness, req.seed)
+    outcome = dg.run_load(
+        model, split, dg.link_of(req, model, split), inp, out, load, prefix and prefix.cached
+    )
+    res = dg.as_sim_result(outcome, inp, out)
+    return res, load_stats(res)
 
 
 class _Costs:
@@ -790,8 +820,15 @@ def _decompose(req: BudgetRequest, find_max_rate: bool) -> BudgetResult:
     components = _components(req, m, key)
     binding, binding_target = _binding(components, checks, key)
 
-    mean_in, mean_out = (float(a.mean()) for a in wl.arrays(256))
-    sat = saturation_point(model, mean_in, mean_out)
+    arrays = wl.arrays(256)
+    mean_in, mean_out = (float(a.mean()) for a in arrays)
+    hits = plan_hits(req, model, *arrays, conc)
+    sat = saturation_point(model, mean_in, mean_out, hits.effective_hit_rate if hits else 0.0)
+    split = parse_split(req)
+    if split is not None:
+        from .disaggregation import capacity_per_s
+
+        sat.max_requests_per_s = capacity_per_s(model, split, mean_in, mean_out)
     max_rate, max_conc = (
         _load_that_fits(req, model, wl, costs, conc, sat.max_requests_per_s)
         if find_max_rate
@@ -854,7 +891,32 @@ def _assumptions(req: BudgetRequest, model: Any) -> list[str]:
             else []
         ),
         "engine stages simulated as in `inferwise predict` (same step model and calibrated factors)",
+        *_prefix_assumption(req),
+        *_disaggregation_assumption(req),
         *model.notes,
+    ]
+
+
+def _disaggregation_assumption(req: BudgetRequest) -> list[str]:
+    split = parse_split(req)
+    if split is None:
+        return []
+    return [
+        f"one replica = {split.prefill} prefill + {split.decode} decode workers ({split.gpus} GPUs), "
+        "the KV transfer between them on the link given (`inferwise predict --disaggregate` "
+        "compares it with aggregated replicas); rates and replicas are per P:D replica"
+    ]
+
+
+def _prefix_assumption(req: BudgetRequest) -> list[str]:
+    if req.prefix_cache_hit_rate is None:
+        return [
+            "no prefix-cache hits (give prefix_cache_hit_rate for a workload with shared prefixes)"
+        ]
+    return [
+        f"prefix-cache hits on {req.prefix_cache_hit_rate:.0%} of prompt tokens from "
+        f"{req.prefix_cache_distinct_prefixes:,} shared prefix(es): their prefill is skipped "
+        "(`inferwise predict --prefix-cache-hit-rate` shows the gain and the capacity limit)"
     ]
 
 

@@ -16,6 +16,7 @@ from inferwise.knowledge.plan_parts import (
     slo_items,
 )
 from inferwise.knowledge.plan_stages import knob_lines
+from inferwise.knowledge.quality_gate import baseline_quality_line
 
 
 def acceptance_criteria(a: Analysis, stages: list[Stage]) -> AcceptanceCriteria:
@@ -31,6 +32,9 @@ def acceptance_criteria(a: Analysis, stages: list[Stage]) -> AcceptanceCriteria:
         quality.append(
             "No quality floor stated (product.quality_floor): define the eval set and minimum score before stage 1; no speed change ships without it."
         )
+    measured = baseline_quality_line(a)
+    if measured:
+        quality.append(measured)
     if risky:
         quality.append(
             "Stages that can change outputs and need the eval: " + "; ".join(risky) + "."

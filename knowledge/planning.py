@@ -53,6 +53,7 @@ from inferwise.knowledge.plan_parts import (
 )
 from inferwise.knowledge.plan_sizing import cheapest_alternative, size_candidates
 from inferwise.knowledge.plan_stages import build_stages
+from inferwise.knowledge.quality_gate import with_quality_gate
 from inferwise.knowledge.vocabulary import HYPOTHESES
 
 __all__ = [
@@ -366,7 +367,9 @@ def _plan(req: PlanRequest) -> PlanResult:
     cheapest = None if greenfield else cheapest_alternative(a)
     run_url = a.run.config.get("url") if a.run else None
     url = req.url or run_url or URL_PLACEHOLDER
-    stages = build_stages(a, hyps, leading, url, greenfield, cands, req.max_stages)
+    stages = with_quality_gate(
+        a, build_stages(a, hyps, leading, url, greenfield, cands, req.max_stages)
+    )
     targets, baseline = _targets_and_baseline(a)
 
     assumptions = list(a.assumptions)

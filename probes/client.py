@@ -573,13 +573,17 @@ def to_record(
     store_text: bool = False,
     prompt: str | None = None,
     max_tokens: int | None = None,
+    prompt_id: str | None = None,
+    grader: Any = None,
 ) -> RequestRecord:
     """Turn a raw exchange into a request record with times relative to `origin`.
 
     Stored prompt and output text have the secrets removed too: an endpoint that
     echoes the Authorization header must not put the key into the run store.
     A stream that carries far more tokens than `max_tokens` asked for is failed as
-    `over_limit`, with its timings kept."""
+    `over_limit`, with its timings kept. A completed reply's text is hashed always
+    and checked by `grader` (a probes.graders.Grader) when the prompt has one; both
+    happen here, after the response ended, off the byte-stamping path."""
     secrets = secrets or []
     base: dict[str, Any] = {
         "index": index,
@@ -590,8 +594,10 @@ def to_record(
         "end_s": outcome.end_t - origin,
         "http_status": outcome.status,
         "prompt_text": redact(prompt, secrets, None) if store_text else None,
+        "prompt_id": prompt_id,
+        "grader": grader.name if grader is not None else None,
     }
-    text = _TextPolicy(secrets, store_text)
+    text = _TextPolicy(secrets, store_text, grader)
     if outcome.error_class is not None and (outcome.status is None or outcome.status < 400):
         return _transport_failure(outcome, origin, base, secrets)
     status = outcome.status or 0
@@ -611,9 +617,20 @@ class _TextPolicy:
 
     secrets: list[str]
     store: bool
+    grader: Any = None
 
     def keep(self, text: str) -> str | None:
         return redact(text, self.secrets, None) if self.store else None
+
+    def judged(self, text: str) -> dict[str, Any]:
+        """What a completed reply's text leaves even when it is not stored: its hash, and
+        whether it passed the prompt's grader."""
+        from inferwise.probes.graders import output_hash
+
+        out: dict[str, Any] = {"output_sha256": output_hash(text)}
+        if self.grader is not None:
+            out["correct"] = self.grader.grade(text)
+        return out
 
 
 def _transport_failure(
@@ -678,6 +695,7 @@ def _whole_reply(body: bytes, base: dict[str, Any], text: _TextPolicy) -> Reques
         chunk_times_s=[base["end_s"]],
         chunk_tokens=[out_tokens if out_tokens else 1],
         output_text=text.keep(info.text),
+        **text.judged(info.text),
         **base,
     )
 
@@ -705,7 +723,7 @@ def _stream_record(
     }
     failure = _stream_failure(a, max_tokens)
     if failure is None:
-        return RequestRecord(ok=True, **fields, **base)
+        return RequestRecord(ok=True, **fields, **text.judged(a.text), **base)
     error_class, error_message = failure
     return RequestRecord(
         ok=False,

@@ -18,6 +18,8 @@ conversation, sent whole to the chat endpoint; the completions endpoint gets
 the last user turn), and/or ``input_tokens`` /
 ``output_tokens`` (lengths only: a recorded length distribution replayed with
 synthetic text). Lengths are drawn per request, deterministically from the seed.
+A row may also carry a quality check (``expected`` + ``grader``, or a GSM8K /
+multiple-choice shape): see :mod:`inferwise.probes.graders`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from inferwise.calculators.errors import InputError
+from inferwise.probes.graders import Grader, read_grading
 
 Distribution = Literal["fixed", "uniform", "normal", "lognormal"]
 
@@ -78,6 +81,8 @@ class PromptItem:
     max_tokens: int | None
     target_input_tokens: int | None
     messages: list[dict[str, Any]] | None = None
+    prompt_id: str | None = None
+    grader: Grader | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,9 @@ class DatasetRow:
     input_tokens: int | None
     output_tokens: int | None
     messages: list[dict[str, Any]] | None = None
+    prompt_id: str | None = None
+    grader: Grader | None = None
+    """The row's quality check (probes/graders.py), compiled when the file is read."""
 
 
 MAX_DATASET_BYTES = 512 << 20
@@ -116,7 +124,8 @@ def load_dataset(path: str) -> list[DatasetRow]:
             obj = loads_json(line, "dataset", f"line {n}")
             if not isinstance(obj, dict):
                 raise InputError("dataset", f"line {n} is not a JSON object")
-            prompt = obj.get("prompt")
+            graded = read_grading(obj, n)
+            prompt = obj.get("prompt", graded.prompt)
             if prompt is None and isinstance(obj.get("messages"), list):
                 users = [
                     m for m in obj["messages"] if isinstance(m, dict) and m.get("role") == "user"
@@ -132,11 +141,11 @@ def load_dataset(path: str) -> list[DatasetRow]:
             if prompt is None and it is None:
                 raise InputError(
                     "dataset",
-                    f"line {n} has neither prompt, messages nor input_tokens",
-                    "prompt, messages, input_tokens",
+                    f"line {n} has neither prompt, messages, question nor input_tokens",
+                    "prompt, messages, question, input_tokens",
                 )
             messages = obj["messages"] if isinstance(obj.get("messages"), list) else None
-            rows.append(DatasetRow(prompt, it, ot, messages))
+            rows.append(DatasetRow(prompt, it, ot, messages, graded.prompt_id, graded.grader))
     if not rows:
         raise InputError("dataset", f"{path} holds no rows")
     return rows
@@ -236,7 +245,9 @@ class Workload:
             if row.output_tokens is not None:  # a recorded length beats the synthetic one
                 out = row.output_tokens
             if row.prompt is not None:
-                return PromptItem(row.prompt, out, row.input_tokens, row.messages)
+                return PromptItem(
+                    row.prompt, out, row.input_tokens, row.messages, row.prompt_id, row.grader
+                )
             assert row.input_tokens is not None
             return PromptItem(
                 self.synthetic_text(text_rng, row.input_tokens), out, row.input_tokens

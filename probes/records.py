@@ -73,6 +73,19 @@ class RequestRecord(BaseModel):
     )
     prompt_text: str | None = None
     output_text: str | None = None
+    output_sha256: str | None = Field(
+        default=None,
+        description="Hash of the output text, stored always (the text only with --store-text): "
+        "what `runs consistency` compares.",
+    )
+    prompt_id: str | None = Field(
+        default=None,
+        description="The dataset row's id (or prompt hash): pairs prompts across runs.",
+    )
+    grader: str | None = Field(default=None, description="The row's grader, when it has one.")
+    correct: bool | None = Field(
+        default=None, description="Whether the output passed its grader (None: not graded)."
+    )
 
     @property
     def ttft_ms(self) -> float | None:

@@ -132,7 +132,8 @@ class ProbeRequest(BaseModel):
     )
     dataset: str | None = Field(
         None,
-        description="JSONL file of prompts (prompt or messages) and/or lengths (input_tokens, output_tokens) per line.",
+        description="JSONL file of prompts (prompt, messages or question) and/or lengths (input_tokens, output_tokens) per line; "
+        "rows may carry expected + grader (exact, contains, regex, numeric, json_schema, choice).",
     )
     slo: dict[str, float] | None = Field(
         None,
@@ -659,7 +660,7 @@ def _short_outputs(records: list[RequestRecord], workload: Any) -> str | None:
     ignore_eos, or rejected it): decode time per request is then shorter than asked."""
     asked = got = 0
     for r in records:
-        if r.ok and not r.warmup and r.output_tokens is not None:
+        if r.ok and not r.warmup and r.output_tokens is not None and r.grader is None:
             want = workload.item(r.index).max_tokens
             if want:
                 asked += want

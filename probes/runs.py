@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from inferwise.calculators.errors import InputError
+from inferwise.probes.quality import QualityComparison
 from inferwise.probes.records import ErrorClassCount, error_counts
 from inferwise.probes.summary import SLO_KEYS, ProbeSummary, check_slo
 
@@ -357,6 +358,16 @@ class CompareRunsRequest(BaseModel):
         default=None,
         description="SLO targets in ms for goodput (keys ttft_ms, itl_ms, tpot_ms, e2e_ms); default: the baseline run's.",
     )
+    quality_floor: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Minimum graded accuracy (0-1 or %): a candidate below it is a regression.",
+    )
+    workload: str | None = Field(
+        default=None,
+        description="Workload file; its product.quality_floor_score is the floor.",
+    )
     db: str | None = Field(default=None, description=_DB_DESC)
 
     _slo = field_validator("slo")(classmethod(lambda cls, v: check_slo(v)))
@@ -406,6 +417,15 @@ class CandidateComparison(BaseModel):
         default_factory=list, description="metric.statistic beyond noise and better."
     )
     worse: list[str] = Field(default_factory=list)
+    quality: QualityComparison | None = Field(
+        default=None, description="Graded accuracy against the baseline's (None: neither graded)."
+    )
+    regression: bool = Field(
+        default=False,
+        description="The candidate's graded accuracy is below the product's quality floor, "
+        "whatever its latency verdicts.",
+    )
+    regression_reason: str | None = None
 
 
 class CompareRunsResult(BaseModel):
@@ -493,7 +513,7 @@ def _compare_pair(
         mann_whitney_p,
         slice_rates,
     )
-    from inferwise.probes.summary import meets
+    from inferwise.probes.summary import meets_goal
 
     out: list[MetricComparison] = []
     for k, metric in enumerate(_LATENCIES):
@@ -538,7 +558,7 @@ def _compare_pair(
             weights = [1.0] * len(ok)
         else:
             ok = [r for r in run.measured if r.end_s is not None]
-            weights = [1.0 if slo and meets(r, slo) else 0.0 for r in ok]
+            weights = [1.0 if slo and meets_goal(r, slo) else 0.0 for r in ok]
         slices = max(3, min(10, len(run.measured) // 10))
         return slice_rates([r.end_s for r in ok], weights, run.window[0], run.window[1], slices)
 
@@ -607,6 +627,47 @@ def _diff(
     return {k: f"{a.get(k)} -> {b.get(k)}" for k in names if a.get(k) != b.get(k)}
 
 
+def _quality(
+    base: list[Any], cand: list[Any], floor: float | None, alpha: float
+) -> QualityComparison | None:
+    from inferwise.probes.quality import compare_quality
+
+    if floor is not None and floor > 1:
+        floor = floor / 100.0  # given in percent
+    return compare_quality(base, cand, alpha=alpha, floor=floor)
+
+
+def _named(
+    metrics: list[MetricComparison], verdict: str, quality: QualityComparison | None
+) -> list[str]:
+    """metric.statistic of every row with `verdict`; graded accuracy as quality.accuracy."""
+    out = [f"{m.metric}.{m.statistic}" for m in metrics if m.verdict == verdict]
+    if quality is not None and quality.verdict == verdict:
+        out.append("quality.accuracy")
+    return out
+
+
+def _regression_reason(
+    quality: QualityComparison | None, metrics: list[MetricComparison]
+) -> str | None:
+    """Why a candidate is a regression however fast it is: its accuracy is under the floor."""
+    if quality is None or not quality.below_floor or quality.candidate_accuracy is None:
+        return None
+    faster = [f"{m.metric}.{m.statistic}" for m in metrics if m.verdict == "better"]
+    speed = f"a speed-up ({', '.join(faster[:3])} better) that " if faster else ""
+    low, high = quality.diff_ci95_low, quality.diff_ci95_high
+    diff = (
+        f", {100 * quality.accuracy_diff:+.1f} points vs the baseline "
+        f"(95% CI [{100 * low:+.1f}, {100 * high:+.1f}])"
+        if quality.accuracy_diff is not None and low is not None and high is not None
+        else ""
+    )
+    return (
+        f"{speed}loses quality below the floor: accuracy {quality.candidate_accuracy:.1%} < "
+        f"{quality.quality_floor:.1%}{diff}"
+    )
+
+
 def compare_runs(req: CompareRunsRequest) -> CompareRunsResult:
     from inferwise.probes.store import RunStore
 
@@ -632,6 +693,7 @@ def compare_runs(req: CompareRunsRequest) -> CompareRunsResult:
     for run, records in runs[1:]:
         cand = _RunData(run, records, slo)
         metrics = _compare_pair(base, cand, req, slo)
+        quality = _quality(base_records, records, req.quality_floor, 1 - req.confidence)
         if run.status != "complete" or base_run.status != "complete":
             notes.append(
                 f"{run.run_id}: compares a {base_run.status} baseline with a {run.status} run"
@@ -645,8 +707,11 @@ def compare_runs(req: CompareRunsRequest) -> CompareRunsResult:
                 completed=len(cand.ok),
                 failed=len(cand.measured) - len(cand.ok),
                 metrics=metrics,
-                better=[f"{m.metric}.{m.statistic}" for m in metrics if m.verdict == "better"],
-                worse=[f"{m.metric}.{m.statistic}" for m in metrics if m.verdict == "worse"],
+                better=_named(metrics, "better", quality),
+                worse=_named(metrics, "worse", quality),
+                quality=quality,
+                regression=bool(quality and quality.below_floor),
+                regression_reason=_regression_reason(quality, metrics),
             )
         )
         if cand.ok_warm and len(cand.ok_warm) < 30:
@@ -658,7 +723,9 @@ def compare_runs(req: CompareRunsRequest) -> CompareRunsResult:
         "resampling requests (ITL gaps stay with their request); throughput and goodput: bootstrap over "
         "equal time slices of each run. A change is beyond noise when the interval excludes 0 and the change "
         f"is at least {req.min_change_pct:g}% of the baseline. p-values: Mann-Whitney U on per-request values "
-        "(per-request median ITL; per-slice rates)."
+        "(per-request median ITL; per-slice rates). Graded accuracy: McNemar exact test when both runs "
+        "graded the same prompt ids, else a two-proportion z-test; Newcombe interval of the difference; "
+        "beyond noise at p < 1 - confidence."
     )
     return CompareRunsResult(
         baseline_id=base_run.run_id,
@@ -730,6 +797,10 @@ _EXPORT_COLUMNS = [
     "chunks",
     "tokens_per_chunk_mean",
     "schedule_delay_ms",
+    "prompt_id",
+    "grader",
+    "correct",
+    "output_sha256",
 ]
 
 
@@ -771,6 +842,10 @@ def export_rows(
             if r.chunk_tokens
             else None,
             "schedule_delay_ms": r.schedule_delay_ms,
+            "prompt_id": r.prompt_id,
+            "grader": r.grader,
+            "correct": r.correct,
+            "output_sha256": r.output_sha256,
         }
         if include_chunks:
             row["chunk_times_s"] = r.chunk_times_s

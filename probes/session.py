@@ -202,7 +202,8 @@ async def send_one(
         item.text,
         item.max_tokens,
         stream=ctx.req.stream,
-        ignore_eos=ctx.ignore_eos,
+        # a graded answer ends where the model ends it: forcing max_tokens would pad it
+        ignore_eos=ctx.ignore_eos and item.grader is None,
         continuous_usage=ctx.continuous_usage,
         messages=item.messages,
     )
@@ -234,6 +235,8 @@ async def send_one(
         store_text=ctx.req.store_text,
         prompt=item.text,
         max_tokens=item.max_tokens,
+        prompt_id=item.prompt_id,
+        grader=item.grader,
     )
     # parsing is linear, but a few MB of events would still hold the loop (and every other
     # stream's timestamps) for milliseconds: large responses are parsed on a thread

@@ -182,6 +182,11 @@ class SimConfig(BaseModel):
     slow_first_byte_ms: float = Field(
         default=0.0, ge=0, le=600_000, description="Delay before every response's first byte, ms."
     )
+    echo_answers: bool = Field(
+        default=False,
+        description="Reply with the text of the prompt's last [[answer: ...]] marker (then end, "
+        "unless ignore_eos): known answers for testing graders end to end.",
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         default="warning", description="uvicorn log level."
     )

@@ -311,13 +311,23 @@ class SimEngine:
                 await self._task
 
     def submit(
-        self, request_id: str, prompt: list[str], max_tokens: int, min_tokens: int, ignore_eos: bool
+        self,
+        request_id: str,
+        prompt: list[str],
+        max_tokens: int,
+        min_tokens: int,
+        ignore_eos: bool,
+        *,
+        natural_tokens: int | None = None,
     ) -> Sequence:
-        """Queue a request; its tokens appear on the returned sequence as steps finish."""
+        """Queue a request; its tokens appear on the returned sequence as steps finish.
+        `natural_tokens` is where the reply ends by itself (an echoed answer's length)."""
         self.ensure_started()
         self._seq_counter += 1
         stop_at = max_tokens
-        if self.eos_mean_tokens and not ignore_eos:
+        if natural_tokens and not ignore_eos:
+            stop_at = min(max_tokens, max(natural_tokens, min_tokens, 1))
+        elif self.eos_mean_tokens and not ignore_eos:
             natural = 1 + int(self.rng.expovariate(1.0 / max(self.eos_mean_tokens, 1)))
             stop_at = min(max_tokens, max(natural, min_tokens, 1))
         seq = Sequence(

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import random
+import re
 import time
 import uuid
 from collections import OrderedDict
@@ -132,6 +133,7 @@ class SimSettings:
     reasoning_tokens: int = 0
     stall_s: float = 2.0
     slow_first_byte_ms: float = 0.0
+    echo_answers: bool = False
 
 
 class SimApp:
@@ -144,6 +146,8 @@ class SimApp:
         self.rng = random.Random(settings.seed)
         self.send_log: OrderedDict[str, SendLogEntry] = OrderedDict()
         self._counter = 0
+        self._answers: dict[int, list[str]] = {}
+        """Sequence seed -> the answer tokens it replies with (echo_answers)."""
         self.created = int(time.time())
         logging.getLogger("uvicorn.error").addFilter(_CutLogFilter())
 
@@ -246,9 +250,17 @@ class SimApp:
             return
         if self.s.slow_first_byte_ms > 0:
             await asyncio.sleep(self.s.slow_first_byte_ms / 1000.0)
+        answer = req.get("answer")
         seq = self.engine.submit(
-            request_id, req["prompt"], req["max_tokens"], req["min_tokens"], req["ignore_eos"]
+            request_id,
+            req["prompt"],
+            req["max_tokens"],
+            req["min_tokens"],
+            req["ignore_eos"],
+            natural_tokens=len(answer) if answer else None,
         )
+        if answer:
+            self._answers[seq.seed] = answer
         # a mid-stream fault strikes after a random number of output tokens
         plan = FaultPlan()
         if fault in ("cut", "stall", "error"):
@@ -272,8 +284,16 @@ class SimApp:
             watcher.cancel()
             entry.admitted_s = seq.admitted_s
             entry.engine_first_token_s = seq.first_token_s
+            self._answers.pop(seq.seed, None)
             if not seq.finished:
                 self.engine.cancel(seq)
+
+    def _token(self, seed: int, i: int) -> str:
+        """The i-th output token: the echoed answer's while it lasts, else the sim's words."""
+        answer = self._answers.get(seed)
+        if answer and i < len(answer):
+            return answer[i]
+        return output_token(seed, i)
 
     def _delta(self, seed: int, start: int, k: int) -> dict[str, str]:
         """Chat delta for output tokens start..start+k: the first `reasoning_tokens` are reasoning."""
@@ -281,11 +301,11 @@ class SimApp:
         delta: dict[str, str] = {}
         if start < r:
             delta["reasoning_content"] = "".join(
-                output_token(seed, j) for j in range(start, min(start + k, r))
+                self._token(seed, j) for j in range(start, min(start + k, r))
             )
         if start + k > r:
             delta["content"] = "".join(
-                output_token(seed, j) for j in range(max(start, r), start + k)
+                self._token(seed, j) for j in range(max(start, r), start + k)
             )
         return delta
 
@@ -360,6 +380,7 @@ class SimApp:
             "stream": stream,
             "include_usage": bool(opts.get("include_usage", False)),
             "continuous_usage": bool(opts.get("continuous_usage_stats", False)),
+            "answer": _echo_answer(data) if self.s.echo_answers else None,
         }
 
     async def _stream(self, d: _Delivery) -> None:
@@ -451,7 +472,7 @@ class SimApp:
                 "logprobs": None,
                 "finish_reason": None,
             }
-        text = "".join(output_token(d.seq.seed, sent + j) for j in range(k))
+        text = "".join(self._token(d.seq.seed, sent + j) for j in range(k))
         return {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
 
     async def _end_stream(self, d: _Delivery, sse: _Chunks, sent: int) -> None:
@@ -483,7 +504,7 @@ class SimApp:
             choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
             kind = ("chatcmpl-", "chat.completion")
         else:
-            text = "".join(output_token(seq.seed, j) for j in range(n))
+            text = "".join(self._token(seq.seed, j) for j in range(n))
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
             kind = ("cmpl-", "text_completion")
         return {
@@ -581,6 +602,25 @@ def _ended(entry: SendLogEntry, reason: str, completion_tokens: int | None = Non
     entry.finish_reason = reason
     if completion_tokens is not None:
         entry.completion_tokens = completion_tokens
+
+
+_ANSWER_MARK_RE = re.compile(r"\[\[answer:\s?(.*?)\]\]", re.S)
+
+
+def _echo_answer(data: dict[str, Any]) -> list[str] | None:
+    """echo_answers: the text of the request's last ``[[answer: ...]]`` marker, as output
+    tokens (each a word with its leading space), or None when the prompt has none. The
+    test hook that lets a grader be checked end to end against known answers."""
+    texts: list[str] = []
+    if isinstance(data.get("prompt"), str):
+        texts.append(data["prompt"])
+    for m in data.get("messages") or []:
+        if isinstance(m, dict) and isinstance(m.get("content"), str):
+            texts.append(m["content"])
+    found = _ANSWER_MARK_RE.findall("\n".join(texts))
+    if not found:
+        return None
+    return re.findall(r"\s*\S+", found[-1]) or None
 
 
 def _chat_prompt(data: dict[str, Any]) -> list[str]:

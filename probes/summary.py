@@ -13,8 +13,9 @@ The definitions follow vLLM's benchmark names so that figures compare:
 * A request meets the SLO when every given target holds: ``ttft_ms`` and
   ``e2e_ms`` and ``tpot_ms`` on the request's own value, ``itl_ms`` on the
   request's P95 per-token ITL. Failed requests never meet it. Goodput is the
-  number of requests meeting the SLO per second of the window; SLO attainment
-  is their share of all measured requests, in percent.
+  number of requests meeting the SLO, and passing their grader when the prompt
+  carried one (ungraded requests are judged on latency only), per second of the
+  window; SLO attainment is their share of all measured requests, in percent.
 * The first request (cold) is reported apart; when warm-up requests were sent
   it is a warm-up request, otherwise it is kept out of the warm distributions
   whenever other requests exist.
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from inferwise.calculators.bounds import check_slo_ms
+from inferwise.probes.quality import QualitySummary, passes_grader, quality_summary
 from inferwise.probes.records import RequestRecord
 
 SLO_KEYS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
@@ -136,9 +138,14 @@ class ProbeSummary(BaseModel):
     total_input_tokens: int = 0
     total_output_tokens: int = 0
     slo: dict[str, float] | None = None
-    goodput: float | None = Field(None, description="Requests meeting every SLO target per second.")
+    goodput: float | None = Field(
+        None,
+        description="Requests per second meeting every SLO target and passing their grader "
+        "(ungraded requests: latency only).",
+    )
     slo_attainment_pct: float | None = Field(
-        None, description="Share of measured requests meeting every SLO target."
+        None,
+        description="Share of measured requests meeting every SLO target (and their grader, if any).",
     )
     slo_attainment_by_metric_pct: dict[str, float] = Field(default_factory=dict)
     tokens_approximate: bool = Field(
@@ -151,6 +158,9 @@ class ProbeSummary(BaseModel):
         default_factory=dict, description="Failed requests per error class."
     )
     client_health: ClientHealth = Field(default_factory=ClientHealth)
+    quality: QualitySummary | None = Field(
+        None, description="Graded accuracy (dataset rows with a grader); None when none was graded."
+    )
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -212,6 +222,12 @@ def meets(record: RequestRecord, slo: dict[str, float], key: str | None = None) 
         if v > slo[k]:
             return False
     return True
+
+
+def meets_goal(record: RequestRecord, slo: dict[str, float]) -> bool:
+    """Goodput's test: every latency target met and, for a graded request, its grader
+    passed (an ungraded request is judged on latency only)."""
+    return meets(record, slo) and passes_grader(record)
 
 
 def client_health(
@@ -323,7 +339,7 @@ def summarize(
     goodput = attainment = None
     by_metric: dict[str, float] = {}
     if slo and measured:
-        met = sum(1 for r in measured if meets(r, slo))
+        met = sum(1 for r in measured if meets_goal(r, slo))
         goodput = rate(met)
         attainment = 100.0 * met / len(measured)
         by_metric = {
@@ -368,4 +384,5 @@ def summarize(
         cold=cold,
         errors=dict(Counter(r.error_class or "other" for r in failed)),
         client_health=client_health(ordered, loop_lag_ms, workers),
+        quality=quality_summary(measured),
     )

@@ -150,8 +150,30 @@ async def _run_with_content(op: Operation, request: Any) -> tuple[Any, list[Any]
     return await anyio.to_thread.run_sync(func, request, limiter=_heavy_limiter())
 
 
+DATASET_DIR_ENV = "INFERWISE_MCP_DATASET_DIR"
+"""The one folder whose eval/prompt files probe_endpoint may read (the operator's choice;
+unset, the calling model cannot name a local file: its text would be sent to the target)."""
+
+
+def _dataset_in_operator_dir(request: Any) -> Any:
+    """probe_endpoint's dataset: a file inside $INFERWISE_MCP_DATASET_DIR, or refused."""
+    from pathlib import Path
+
+    if not getattr(request, "dataset", None):
+        return request
+    root = Path(os.environ[DATASET_DIR_ENV]).expanduser().resolve()
+    path = (root / request.dataset).resolve()
+    if not path.is_relative_to(root):
+        raise InputError(
+            "dataset", f"{request.dataset} is outside the operator's dataset folder", str(root)
+        )
+    return request.model_copy(update={"dataset": str(path)})
+
+
 def _exposed_fields(op: Operation) -> dict[str, Any]:
     hidden = MCP_HIDDEN_FIELDS | set(op.extra.get("mcp_hidden", ()))
+    if os.environ.get(DATASET_DIR_ENV):
+        hidden = hidden - {"dataset"}
     return {n: f for n, f in op.input_model.model_fields.items() if n not in hidden}
 
 
@@ -202,6 +224,9 @@ def _validated(op: Operation, kwargs: dict[str, Any]) -> Any:
         request = model.model_validate(kwargs)
         if op.tool_name == "probe_endpoint":
             request = model.model_validate({**request.model_dump(), **operator_probe_caps()})
+            request = _dataset_in_operator_dir(request)
+    except InputError as exc:
+        raise ToolError(str(exc)) from None
     except ValidationError as exc:
         raise ToolError(validation_message(model, exc, flag_style=False)) from None
     except OperationalError as exc:

@@ -59,7 +59,8 @@ def fingerprint() -> str:
     the library and Python versions; a few hundred ``stat`` calls, about a millisecond."""
     import importlib
 
-    parts = [sys.version]
+    # the operator's dataset folder shows probe_endpoint's `dataset` argument
+    parts = [sys.version, f"dataset_dir={bool(os.environ.get('INFERWISE_MCP_DATASET_DIR'))}"]
     for name in _LIBRARIES:
         module = sys.modules.get(name) or importlib.import_module(name)
         path = getattr(module, "__file__", None) or ""

@@ -261,15 +261,23 @@ OPERATIONS: list[Operation] = [
         summary="Compare stored runs metric by metric, with a noise test.",
         input_ref=f"{_P}.runs:CompareRunsRequest",
         output_ref=f"{_P}.runs:CompareRunsResult",
-        func_ref=f"{_P}.runs:compare_runs",
+        func_ref="inferwise.knowledge.quality_gate:compare_runs",
         template="runs_compare.md.j2",
         tool_name="compare_runs",
         title="Compare probe runs",
         description=(
             "Use this after changing one variable to see whether it helped: compares a baseline run "
             "with one or more candidate runs, metric by metric (TTFT, ITL, TPOT, E2E percentiles, "
-            "throughput, goodput), and says whether each change is beyond noise."
+            "throughput, goodput, graded accuracy), and says whether each change is beyond noise."
         ),
+    ),
+    Operation(
+        name="runs consistency",
+        summary="Share of identical greedy outputs between two runs, and where they first differ.",
+        input_ref=f"{_P}.consistency:ConsistencyRequest",
+        output_ref=f"{_P}.consistency:ConsistencyResult",
+        func_ref=f"{_P}.consistency:consistency",
+        template="runs_consistency.md.j2",
     ),
     Operation(
         name="runs export",
