@@ -27,6 +27,12 @@ from inferwise.calculators.calibration import (
     simulate_measurement,
 )
 from inferwise.calculators.catalog import get_gpu
+from inferwise.calculators.intervals import interval_table, ratio_interval
+
+try:  # run as a script (bench/ on sys.path) or imported as bench.predict_accuracy
+    from prediction_intervals import Residual, interval_cells, residuals
+except ImportError:
+    from bench.prediction_intervals import Residual, interval_cells, residuals
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "perf_measurements.toml"
@@ -94,8 +100,85 @@ def summary(label: str, errors: dict[str, list[float]]) -> None:
         print(f"  {'all':11} {within:3d}/{total:3d} = {within / total:5.0%}")
 
 
-def fit(calibration: list[dict]) -> dict[str, object]:
-    """Fit each group's factors on its calibration entries."""
+def covered(r: Residual, cells: dict) -> bool:
+    """Whether the measured value lies in the interval the table gives its regime."""
+    lo, hi, _, _ = ratio_interval(
+        r.family, r.engine, r.load, r.context, {"regime": cells}, arch=r.arch
+    )
+    return r.predicted > 0 and lo <= r.ratio <= hi
+
+
+def coverage_flags(rs: list[Residual], pool: list[Residual]) -> list[bool]:
+    """Interval coverage of each residual, the interval built WITHOUT its own source
+    (leave one source out), so a source never vouches for itself."""
+    by_source: dict[str, dict] = {}
+    flags = []
+    for r in rs:
+        if r.source not in by_source:
+            by_source[r.source] = interval_cells([p for p in pool if p.source != r.source])
+        flags.append(covered(r, by_source[r.source]))
+    return flags
+
+
+def split_report(rs: list[Residual], flags: list[bool]) -> None:
+    """Per split, metric family and engine family: within +-30 %, median |error|, coverage."""
+    print(
+        f"\n{'split':12} {'metric':11} {'engine':7} {'n':>4} {'within30':>9} "
+        f"{'median|err|':>12} {'coverage':>9}"
+    )
+    rows: dict[tuple[str, str, str], list[tuple[Residual, bool]]] = {}
+    for r, f in zip(rs, flags, strict=True):
+        for key in (
+            (r.split, r.family, r.engine),
+            (r.split, r.family, "all"),
+            (r.split, "all", "all"),
+        ):
+            rows.setdefault(key, []).append((r, f))
+    for (split, family, engine), members in sorted(rows.items()):
+        errs = sorted(
+            abs(r.predicted / r.measured - 1) if r.predicted > 0 else math.inf for r, _ in members
+        )
+        ok = sum(1 for e in errs if e <= TOLERANCE)
+        cov = sum(1 for _, f in members if f) / len(members)
+        print(
+            f"{split:12} {family:11} {engine:7} {len(errs):4d} {ok / len(errs):9.0%} "
+            f"{errs[len(errs) // 2]:12.0%} {cov:9.0%}"
+        )
+
+
+def source_report(rs: list[Residual], flags: list[bool]) -> None:
+    """Per held-out source: one source that misses everywhere (an older engine release,
+    say) shows as itself instead of hiding in the totals."""
+    print(f"\n{'held-out source':76} {'n':>4} {'within30':>9} {'median|err|':>12} {'coverage':>9}")
+    by: dict[str, list[tuple[Residual, bool]]] = {}
+    for r, f in zip(rs, flags, strict=True):
+        by.setdefault(r.source, []).append((r, f))
+    for source, members in sorted(by.items(), key=lambda kv: -len(kv[1])):
+        errs = sorted(
+            abs(r.predicted / r.measured - 1) if r.predicted > 0 else math.inf for r, _ in members
+        )
+        ok = sum(1 for e in errs if e <= TOLERANCE) / len(errs)
+        cov = sum(1 for _, f in members if f) / len(members)
+        print(f"{source[-76:]:76} {len(errs):4d} {ok:9.0%} {errs[len(errs) // 2]:12.0%} {cov:9.0%}")
+
+
+def interval_report(measurements: list[dict]) -> None:
+    """The issue's table: calibration vs held-out, with interval coverage (calibration
+    rows against the stored table; held-out rows leave their own source out)."""
+    cal = residuals([m for m in measurements if m.get("split") == "calibration"])
+    out = residuals([m for m in measurements if m.get("split") != "calibration"])
+    stored = interval_table().get("regime", {})
+    out_flags = coverage_flags(out, out)
+    split_report(cal + out, [covered(r, stored) for r in cal] + out_flags)
+    source_report(out, out_flags)
+
+
+NEW_TERMS = ("compute_half_tokens", "attn_seq_overhead_us")
+
+
+def fit(calibration: list[dict], new_terms: bool = False) -> dict[str, object]:
+    """Fit each group's factors on its calibration entries (with new_terms, also the
+    optional GEMM ramp and per-sequence attention cost, started at 256 tokens / 0.5 us)."""
     groups: dict[str, list[dict]] = {}
     for m in calibration:
         groups.setdefault(group_of(m), []).append(m)
@@ -143,6 +226,9 @@ def fit(calibration: list[dict]) -> dict[str, object]:
                 "allreduce_latency_us",
             )
         )
+        if new_terms:
+            keys = (*keys, *NEW_TERMS)
+            start = replace(start, compute_half_tokens=256.0, attn_seq_overhead_us=0.5)
         t0 = time.perf_counter()
         eff, rms = fit_efficiency(ms, start, keys)
         fitted[g] = eff
@@ -163,12 +249,17 @@ def main() -> int:
     ap.add_argument(
         "--fit", action="store_true", help="re-fit the factors on the calibration part first"
     )
+    ap.add_argument(
+        "--new-terms",
+        action="store_true",
+        help="with --fit: also fit compute_half_tokens and attn_seq_overhead_us",
+    )
     ap.add_argument("--data", default=str(DATA))
     args = ap.parse_args()
     ms = load_measurements(args.data)
     calibration = [m for m in ms if m.get("split") == "calibration"]
     holdout = [m for m in ms if m.get("split") != "calibration"]
-    factors = fit(calibration) if args.fit else None
+    factors = fit(calibration, args.new_terms) if args.fit else None
     print(f"\n== calibration part ({len(calibration)} entries)")
     e_cal = table(calibration, factors)
     print(f"\n== held-back part ({len(holdout)} entries, never used for fitting)")
@@ -177,6 +268,7 @@ def main() -> int:
     summary("held back", e_hold)
     both = {k: e_cal.get(k, []) + e_hold.get(k, []) for k in set(e_cal) | set(e_hold)}
     summary("all", both)
+    interval_report(ms)
     return 0
 
 

@@ -51,6 +51,7 @@ from .bounds import (
 from .deployment import Deployment
 from .disaggregation import DisaggregationFields, parse_split
 from .errors import InputError
+from .intervals import PredictIntervals
 from .predict import MAX_REQUESTS, Percentiles, check_p95_lengths, measured
 from .prefix_cache import PrefixCacheFields, plan_hits
 from .spec_decode import SpeculativeFields, SpeculativeResult
@@ -334,6 +335,10 @@ class BudgetResult(BaseModel):
         default=None,
         description="Speculative decoding at the design load (null when speculative_method is not "
         "set); the SLO checks above are for the plain engine.",
+    )
+    intervals: PredictIntervals | None = Field(
+        default=None,
+        description="p10-p90 range of the predicted TTFT/ITL/E2E medians from held-out measurements.",
     )
     itl_ms: Percentiles | None = Field(
         description="Client-side inter-token latency; null when requests generate one token."
@@ -767,8 +772,29 @@ def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetRe
     ``find_max_rate=False`` skips the rate search (about ten simulations) for a
     caller that already knows the rate and only needs the design point: the
     recommender checking a fleet it sized. ``max_rate_under_slo`` and
-    ``replicas_needed`` are then null.
+    ``replicas_needed`` are then null. Without max_model_len, a model whose
+    default context does not fit is budgeted at the longest context that does.
     """
+    from .context_window import with_fitting_context
+
+    req, context_note = with_fitting_context(req)
+    result = _decompose(req, find_max_rate)
+    if context_note:
+        result.assumptions.insert(0, context_note)
+    from .intervals import latency_intervals
+    from .roofline import StepModel
+
+    result.intervals = latency_intervals(
+        result,
+        req.engine,
+        (result.design_concurrency, result.design_request_rate),
+        (req.input_tokens, req.output_tokens),
+        StepModel.from_deployment(req).shape.num_experts,
+    )
+    return result
+
+
+def _decompose(req: BudgetRequest, find_max_rate: bool) -> BudgetResult:
     from .predict import percentiles, weighted_percentiles
     from .roofline import StepModel
 

@@ -27,6 +27,7 @@ from .deployment import Deployment
 from .disaggregation import DisaggregationFields, DisaggregationResult
 from .disaggregation_eval import aggregated_share
 from .errors import InputError, OperationalError
+from .intervals import PredictIntervals
 from .prefix_cache import PrefixCacheFields, PrefixCacheResult, PrefixPlan
 from .spec_decode import SpeculativeFields, SpeculativeResult
 
@@ -222,6 +223,10 @@ class PredictResult(BaseModel):
         default=None,
         description="The P:D split against aggregated replicas on the same GPUs (null when aggregated).",
     )
+    intervals: PredictIntervals | None = Field(
+        default=None,
+        description="p10-p90 range of each metric from held-out published measurements.",
+    )
 
 
 # --------------------------------------------------------------------------- helpers shared with budget
@@ -405,7 +410,27 @@ def bound_of(
 
 
 def predict_performance(req: PredictRequest) -> PredictResult:
-    """Simulate the deployment under the requested load; see the module docstring."""
+    """Simulate the deployment under the requested load; see the module docstring.
+
+    Without max_model_len, a model whose default context does not fit is predicted
+    at the longest context that does (``context_window``), said in the assumptions."""
+    from .context_window import with_fitting_context
+
+    req, context_note = with_fitting_context(req)
+    result = _predict(req)
+    if context_note:
+        result.assumptions.insert(0, context_note)
+    from .intervals import predict_intervals
+    from .roofline import StepModel
+
+    experts = StepModel.from_deployment(req).shape.num_experts  # cached: the run's own model
+    result.intervals = predict_intervals(
+        result, req.engine, req.concurrency, req.request_rate, experts
+    )
+    return result
+
+
+def _predict(req: PredictRequest) -> PredictResult:
     import numpy as np
 
     from .disaggregation import parse_split
@@ -530,7 +555,7 @@ def _load_block(
 ) -> Load:
     return Load(
         mode=mode,
-        concurrency=req.concurrency if mode == "concurrency" else None,
+        concurrency=(req.concurrency or 1) if mode == "concurrency" else None,
         request_rate=req.request_rate if mode == "rate" else None,
         burstiness=req.burstiness if mode == "rate" else None,
         num_requests=len(inp),

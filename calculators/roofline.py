@@ -139,6 +139,14 @@ class Efficiency:
     moe_compute_fraction: float | None = None
     """Achievable fraction of peak in routed-expert GEMMs (grouped GEMMs over few
     tokens per expert run further from peak than dense ones); None = compute_fraction."""
+    compute_half_tokens: float = 0.0
+    """GEMM efficiency ramp: with it set, a step of T tokens reaches compute_fraction x
+    T / (T + compute_half_tokens) of peak (a GEMM over few rows cannot fill the GPU, a
+    prefill chunk of thousands nearly does). 0 = one fraction for every step size."""
+    attn_seq_overhead_us: float = 0.0
+    """Decode attention's fixed cost per sequence per layer (page-table walk, last partial
+    block, split-KV reduction), so that the KV stream itself can run at the rate the
+    kernels reach on long contexts. 0 = none (all in kv_bandwidth_fraction)."""
     source: str = ""
 
     def describe(self) -> dict[str, float]:
@@ -152,6 +160,8 @@ class Efficiency:
             "moe_compute_fraction": self.moe_fraction,
             "per_layer_overhead_us": self.per_layer_overhead_us,
             "kv_bandwidth_fraction": self.kv_fraction,
+            "compute_half_tokens": self.compute_half_tokens,
+            "attn_seq_overhead_us": self.attn_seq_overhead_us,
         }
 
     @property
@@ -223,6 +233,8 @@ class StepModel:
         flops = flops + s.attn_flops_per_pair * (pairs + kv_tokens)
         expert_flops = 2.0 * expert_params * tokens
         peak = hw.peak_tflops * 1e12 * tp
+        if e.compute_half_tokens > 0:  # few-row GEMMs run further from peak
+            peak = peak * (tokens + 1e-9) / (tokens + 1e-9 + e.compute_half_tokens)
         compute_ms = (flops / e.compute_fraction + expert_flops / e.moe_fraction) / peak * 1e3
         flops = flops + expert_flops
         # Bytes: weights (dense + touched experts) + KV of the whole batch, split over TP.
@@ -251,6 +263,8 @@ class StepModel:
         overhead = e.step_overhead_ms * (e.eager_overhead_factor if self.enforce_eager else 1.0)
         layers_ms = e.per_layer_overhead_us * 1e-3 * s.num_layers
         overhead_ms = overhead + layers_ms + e.per_seq_overhead_ms * sampled
+        if e.attn_seq_overhead_us:
+            overhead_ms = overhead_ms + e.attn_seq_overhead_us * 1e-3 * decode_seqs * s.num_layers
         return compute_ms, memory_ms, comm_ms, overhead_ms, flops, nbytes
 
     def breakdown(

@@ -1,0 +1,66 @@
+"""Predict and budget answer a workload that fits even when the model's default context does not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inferwise.calculators.budget import BudgetRequest, decompose_budget
+from inferwise.calculators.errors import InputError
+from inferwise.calculators.predict import PredictRequest, predict_performance
+from inferwise.server.cli import main
+
+# Llama-3.1-8B's default window is 131,072 tokens; on one 24 GB L4 about 26k fit
+SMALL = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "l4"}
+
+
+def test_predict_assumes_the_longest_context_that_fits_and_says_so():
+    r = predict_performance(PredictRequest(**SMALL, input_tokens=1200, output_tokens=200))
+    note = r.assumptions[0]
+    assert "assumed" in note and "--max-model-len" in note
+    window = int(note.split("--max-model-len ")[1])
+    assert 16_000 < window < 40_000 and window % 16 == 0
+    # the whole KV cache is what is left beside the weights at that window
+    assert window <= r.kv_cache_tokens < 40_000
+    assert r.ttft_ms.p50 > 0 and r.itl_ms.p50 > 0
+
+
+def test_an_explicit_window_is_never_changed():
+    with pytest.raises(InputError) as e:
+        predict_performance(
+            PredictRequest(**SMALL, max_model_len=131_072, input_tokens=1200, output_tokens=200)
+        )
+    assert e.value.field == "model"
+
+
+def test_a_workload_longer_than_what_fits_still_fails_with_the_numbers():
+    with pytest.raises(InputError) as e:
+        predict_performance(PredictRequest(**SMALL, input_tokens=60_000, output_tokens=200))
+    assert e.value.field == "max_model_len" and "60,200" in e.value.message
+
+
+def test_a_model_whose_default_fits_is_not_touched():
+    r = predict_performance(
+        PredictRequest(model=SMALL["model"], gpu="h100-sxm-80gb", input_tokens=1200)
+    )
+    assert not any("longest that fits" in a for a in r.assumptions)
+
+
+def test_budget_assumes_it_too(capsys):
+    r = decompose_budget(
+        BudgetRequest(
+            **SMALL,
+            input_tokens=1200,
+            output_tokens=200,
+            request_rate=0.5,
+            slo_e2e_ms={"p95": 60_000},
+        )
+    )
+    assert "longest that fits" in r.assumptions[0]
+    code = main(
+        ["predict", "--model", SMALL["model"], "--gpu", "l4", "--input-tokens", "1200", "--json"]
+    )
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "longest that fits" in out["assumptions"][0]

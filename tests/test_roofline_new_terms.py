@@ -1,0 +1,60 @@
+"""The optional roofline terms of issue 13: a GEMM efficiency ramp over the step's token
+count and a per-sequence decode-attention cost. Both default to off (today's model)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from inferwise.calculators.roofline import Efficiency, Hardware, StepModel, dense_shape
+
+H100 = Hardware(
+    "h100", peak_tflops=1000.0, bandwidth_gb_per_s=3000, interconnect="nvlink", link_gb_per_s=450
+)
+BASE = Efficiency(
+    compute_fraction=0.5,
+    bandwidth_fraction=1.0,
+    step_overhead_ms=0.0,
+    per_seq_overhead_ms=0.0,
+    allreduce_latency_us=0.0,
+    link_fraction=1.0,
+)
+SHAPE = dense_shape(
+    "toy",
+    8e9,
+    num_layers=32,
+    hidden_size=4096,
+    num_heads=32,
+    head_dim=128,
+    num_kv_heads=8,
+    vocab_size=128_256,
+)
+
+
+def model(eff: Efficiency) -> StepModel:
+    return StepModel(shape=SHAPE, hardware=H100, efficiency=eff)
+
+
+def test_defaults_keep_the_old_step_times():
+    old = model(BASE).breakdown(2048, 64, 64 * 1000)
+    new = model(replace(BASE, compute_half_tokens=0.0, attn_seq_overhead_us=0.0)).breakdown(
+        2048, 64, 64 * 1000
+    )
+    assert new == old
+
+
+def test_the_gemm_ramp_slows_small_steps_and_spares_big_prefills():
+    half = 256.0
+    ramp = model(replace(BASE, compute_half_tokens=half))
+    flat = model(BASE)
+    for tokens in (64, 2048, 8192):
+        ratio = ramp.breakdown(tokens, 0, 0).compute_ms / flat.breakdown(tokens, 0, 0).compute_ms
+        assert ratio == pytest.approx((tokens + half) / tokens, rel=1e-6)
+
+
+def test_decode_attention_pays_per_sequence_per_layer():
+    us = 2.0
+    with_cost = model(replace(BASE, attn_seq_overhead_us=us)).breakdown(0, 100, 100 * 500)
+    without = model(BASE).breakdown(0, 100, 100 * 500)
+    assert with_cost.overhead_ms - without.overhead_ms == pytest.approx(us * 1e-3 * 100 * 32)
