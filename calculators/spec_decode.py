@@ -43,12 +43,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from .errors import InputError
+from .spec_tasks import SpecTask
 
 SpecMethod = Literal["ngram", "eagle", "eagle3", "mtp", "draft_model"]
 DEFAULT_TASK = "chat"
-"""The task the published default acceptances were measured on (MT-Bench-like chat): the
-measurements found give no per-task defaults for code, math or summarisation yet, so there
-is no task flag; code and math usually accept more, so the default is conservative there."""
+"""The task the published default acceptances were measured on (MT-Bench-like chat); code
+and math scale it by the published task/chat ratios (``spec_task``, :mod:`.spec_tasks`)."""
 MAX_SPEC_TOKENS = 16
 RECOMMEND_K = range(1, 9)
 """K values the recommendation compares (vLLM users rarely go past 8)."""
@@ -62,6 +62,12 @@ GIB = float(1 << 30)
 
 class SpeculativeFields(BaseModel):
     """The speculative-decoding flags shared by predict and budget."""
+
+    spec_task: SpecTask = Field(
+        default="chat",
+        description="Task of the default acceptance: chat (measured), code or math (chat x the "
+        "published median ratio).",
+    )
 
     speculative_method: SpecMethod | None = Field(
         default=None,
@@ -244,7 +250,25 @@ def resolve_acceptance(req: Any) -> Acceptance:
             alpha=float(req.spec_acceptance_rate),
             source=f"given: per-token acceptance rate {req.spec_acceptance_rate:g}",
         )
-    return default_acceptance(req.speculative_method, DEFAULT_TASK, k)
+    chat = default_acceptance(req.speculative_method, DEFAULT_TASK, k)
+    return for_task(chat, getattr(req, "spec_task", DEFAULT_TASK), k)
+
+
+def for_task(chat: Acceptance, task: str, k: int | None) -> Acceptance:
+    """The chat default scaled to ``task`` by the published median task/chat ratio (see
+    :mod:`.spec_tasks`), never above K + 1 tokens per step."""
+    if task == DEFAULT_TASK:
+        return chat
+    from .spec_tasks import task_factor
+
+    f = task_factor(task)
+    measured = tuple((kk, min(kk + 1.0, t * f.ratio)) for kk, t in chat.measured)
+    at = min(measured, key=lambda m: abs(m[0] - (k or m[0])))
+    return Acceptance(
+        alpha=alpha_from_tau(at[1], at[0]),
+        source=f"{chat.source}; {f.describe()}",
+        measured=measured,
+    )
 
 
 # --------------------------------------------------------------------------- drafter

@@ -119,7 +119,8 @@ def _undescribe(schema: dict[str, Any], shared: frozenset[str], tool: dict[str, 
 LEVER_SUMMARY = (
     " What-if levers. Speculative decoding: speculative_method (ngram, eagle, eagle3, mtp, "
     "draft_model), num_speculative_tokens (K, 1-16), spec_acceptance_length (tokens per verify "
-    "step at K) or spec_acceptance_rate (per token), draft_model. Prefix caching: "
+    "step at K) or spec_acceptance_rate (per token), draft_model, spec_task (chat, code, "
+    "math). Prefix caching: "
     "prefix_cache_hit_rate (0-1, share of prompt tokens cached), prefix_cache_distinct_prefixes. "
     "Disaggregation: disaggregate ('P:D' workers), kv_transfer_gbps (Gbit/s per "
     "worker), kv_transfer_latency_ms."

@@ -5,6 +5,8 @@ and a held-out comparison against published vLLM speed-ups."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -388,3 +390,28 @@ def test_weak_acceptance_at_high_concurrency_is_off() -> None:
     levels = {lv.concurrency: lv.recommended_k for lv in s.recommendation}
     assert levels[1] is not None and levels[256] is None
     assert s.break_even_concurrency is not None and s.break_even_concurrency < 256
+
+
+def test_code_and_math_defaults_accept_more_than_chat_by_the_published_median() -> None:
+    """Issue 15: code and math accept more than open chat; the factor is the median of the
+    published same-drafter pairs, and the source says how wide they spread."""
+    from inferwise.calculators.spec_tasks import task_factor
+
+    base = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
+    base.update(concurrency=4, speculative_method="eagle3", num_speculative_tokens=3)
+    chat = predict_performance(PredictRequest(**base)).speculative
+    for task in ("code", "math"):
+        s = predict_performance(PredictRequest(**base, spec_task=task)).speculative
+        f = task_factor(task)
+        assert f.low < f.ratio < f.high and f.pairs >= 3
+        assert s.tokens_per_step == pytest.approx(min(4.0, chat.tokens_per_step * f.ratio))
+        assert s.itl_speedup > chat.itl_speedup
+        assert "published same-drafter pairs" in s.acceptance_source
+
+
+def test_an_unknown_spec_task_is_exit_2_naming_the_flag() -> None:
+    cmd = [sys.executable, "-m", "inferwise.server", "predict"]
+    cmd += ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100"]
+    cmd += ["--speculative-method", "eagle3", "--spec-task", "poetry"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "spec-task" in p.stderr.replace("_", "-")
