@@ -9,8 +9,8 @@ at the fleet's own design load per replica:
   replicas the throughput gain would save when the fleet is sized by throughput;
 * prefix caching: the hit rate the workload states (already priced in), or a note that
   none is stated;
-* prefill/decode disaggregation, for fleets of two or more replicas: the same GPUs as P
-  prefill + D decode workers per pair of replicas, with the split that balances the pools.
+* prefill/decode disaggregation, for fleets of two or more replicas: the GPUs of up to eight
+  replicas as one xPyD replica (P + D = those replicas), at the split that balances its pools.
 
 Each answer says "not worth it" when the gain is within the model's error, so a user
 does not add a drafter or a KV-transfer network for nothing.
@@ -31,6 +31,8 @@ Lever = Literal["speculative_decoding", "prefix_caching", "disaggregation"]
 MIN_GAIN = 1.05
 """A speed-up below this is within the model's error."""
 DEFAULT_SPEC_METHOD = "eagle3"
+MAX_SPLIT_WORKERS = 8
+"""Workers of the largest xPyD replica tried (a fleet of more replicas is several of them)."""
 
 
 class LeverVerdict(BaseModel):
@@ -134,15 +136,20 @@ def _prefix(spec: SearchSpec, c: Candidate, base: dict[str, Any]) -> LeverVerdic
 
 
 def _disaggregation(c: Candidate, base: dict[str, Any]) -> LeverVerdict:
-    """One P:D replica pair carved out of two plain replicas' GPUs, at their load."""
-    pair = {**base, "request_rate": 2 * c.design_rate_per_replica, "disaggregate": "1:1"}
-    first = _predict(pair).disaggregation
-    split = first.balanced_split
-    d = first if split == "1:1" else _predict({**pair, "disaggregate": split}).disaggregation
+    """The GPUs of W plain replicas (all of them, at most :data:`MAX_SPLIT_WORKERS`) as one
+    xPyD replica at their share of the load, at the split that balances its pools."""
+    workers = min(c.replicas, MAX_SPLIT_WORKERS)
+    group = {**base, "request_rate": workers * c.design_rate_per_replica}
+    d = _predict({**group, "disaggregate": f"1:{workers - 1}"}).disaggregation
+    if d.balanced_split != f"1:{workers - 1}":
+        d = _predict({**group, "disaggregate": d.balanced_split}).disaggregation
+    split = f"{d.prefill_workers}:{d.decode_workers}"
     gain = f"x{d.itl_p95_gain:.2f}" if d.itl_p95_gain else "n/a"
+    groups = math.ceil(c.replicas / workers)
     return LeverVerdict(
         lever="disaggregation",
-        setting=f"{split} workers per 2 replicas' GPUs",
+        setting=f"{split} workers in place of {workers} replicas"
+        + (f" (x{groups} groups)" if groups > 1 else ""),
         worth_it=d.worth_it,
         effect=f"ITL p95 {gain}, TTFT p95 x{d.ttft_p95_ratio:.2f}, KV link "
         f"{d.kv_transfer_gbps_needed:.1f} Gbit/s per prefill worker; {d.break_even}",
