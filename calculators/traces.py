@@ -364,7 +364,7 @@ def _azure_time(ts: str, line: int, field_name: str) -> float:
     head, dot, rest = s.partition(".")
     if dot:
         digits = len(rest) - len(rest.lstrip("0123456789"))
-        s = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+        s = f"{head}.{rest[: min(digits, 6)]}{rest[digits:]}"
     try:
         dt = datetime.fromisoformat(s)
     except ValueError:

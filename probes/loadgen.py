@@ -53,7 +53,9 @@ def trace_words(info: dict[str, Any]) -> str:
     window = ""
     if info.get("start_s") is not None or info.get("duration_s") is not None:
         dur = info.get("duration_s")
-        window = f", window {info.get('start_s') or 0:g} s + {'all' if dur is None else f'{dur:g} s'}"
+        window = (
+            f", window {info.get('start_s') or 0:g} s + {'all' if dur is None else f'{dur:g} s'}"
+        )
     return (
         f"trace replay {info.get('name')} ({info.get('format')}, {info.get('requests')} requests"
         f"{window}){speed}, mean {info.get('mean_rate_per_s', 0):.3g} req/s"
