@@ -25,13 +25,14 @@ from .bounds import MAX_BURSTINESS, MAX_SEED, MIN_BURSTINESS, check_rate
 from .deployment import Deployment
 from .errors import InputError, OperationalError
 from .spec_decode import SpeculativeFields, SpeculativeResult
+from .trace_load import TraceFields
 
 Bound = Literal["compute", "memory-bandwidth", "communication", "overhead"]
 PERCENTILES = (50, 90, 95, 99)
 MAX_REQUESTS = 4000
 
 
-class PredictRequest(SpeculativeFields, Deployment):
+class PredictRequest(TraceFields, SpeculativeFields, Deployment):
     """A deployment and the load to predict it under."""
 
     model_config = ConfigDict(extra="forbid")
@@ -122,7 +123,7 @@ class Percentiles(BaseModel):
 
 
 class Load(BaseModel):
-    mode: Literal["concurrency", "rate", "offline"]
+    mode: Literal["concurrency", "rate", "offline", "trace"]
     concurrency: int | None = None
     request_rate: float | None = Field(
         default=None, description="Requests per second; null for closed-loop or offline."
@@ -131,6 +132,9 @@ class Load(BaseModel):
     num_requests: int
     input_tokens: dict[str, float] = Field(description="Simulated prompt lengths: mean, p50, p95.")
     output_tokens: dict[str, float] = Field(description="Simulated output lengths: mean, p50, p95.")
+    trace: dict[str, Any] | None = Field(
+        default=None, description="The replayed trace (name, sha256, format, requests)."
+    )
 
 
 class StepBreakdown(BaseModel):
@@ -380,13 +384,20 @@ def predict_performance(req: PredictRequest) -> PredictResult:
     from .roofline import StepModel
 
     model = StepModel.from_deployment(req)
-    check_lengths(req)
-    res, stats, inp, out = run_load(req, model)
+    if req.trace is None:  # a trace's rows are checked one by one as it is read
+        check_lengths(req)
+    trace = None
+    if req.trace is not None:
+        from .trace_load import run_trace_load
+
+        res, stats, inp, out, trace = run_trace_load(req, model)
+    else:
+        res, stats, inp, out = run_load(req, model)
     mean_in, mean_out = float(inp.mean()), float(out.mean())
     bound, shares, dec = bound_of(model, res, mean_in, mean_out)
     sat = saturation_point(model, mean_in, mean_out)
-    mode = _load_mode(req)
-    warnings = _sim_warnings(req, model, res, sat, mode, len(inp))
+    mode = "trace" if trace is not None else _load_mode(req)
+    warnings = _sim_warnings(req, model, res, sat, mode, len(inp), trace)
     itl = weighted_percentiles(stats.itl_values, stats.itl_weights)
     from .spec_decode import at_load
 
@@ -398,7 +409,7 @@ def predict_performance(req: PredictRequest) -> PredictResult:
         mean_out,
         itl,
         stats.output_tokens_per_s,
-        req.concurrency is not None or req.request_rate is None,
+        trace is None and (req.concurrency is not None or req.request_rate is None),
     )
     return PredictResult(
         model=req.model,
@@ -409,11 +420,16 @@ def predict_performance(req: PredictRequest) -> PredictResult:
         load=Load(
             mode=mode,
             concurrency=req.concurrency if mode == "concurrency" else None,
-            request_rate=req.request_rate if mode == "rate" else None,
+            request_rate=_trace_rate(trace)
+            if trace
+            else req.request_rate
+            if mode == "rate"
+            else None,
             burstiness=req.burstiness if mode == "rate" else None,
             num_requests=len(inp),
             input_tokens=_dist(inp),
             output_tokens=_dist(out),
+            trace=trace.describe() if trace else None,
         ),
         ttft_ms=measured(percentiles(stats.ttft_ms), "TTFT"),
         itl_ms=itl,
@@ -442,10 +458,16 @@ def predict_performance(req: PredictRequest) -> PredictResult:
         preemptions=int(res.preemptions),
         factors=model.efficiency.describe(),
         factors_source=model.efficiency.source,
-        assumptions=_predict_assumptions(req, model, mode),
+        assumptions=_predict_assumptions(req, model, mode, trace),
         warnings=warnings,
         speculative=spec,
     )
+
+
+def _trace_rate(trace: Any) -> float:
+    from .trace_load import trace_rate_per_s
+
+    return trace_rate_per_s(trace)
 
 
 def _load_mode(req: PredictRequest) -> Literal["concurrency", "rate", "offline"]:
@@ -455,11 +477,13 @@ def _load_mode(req: PredictRequest) -> Literal["concurrency", "rate", "offline"]
 
 
 def _sim_warnings(
-    req: PredictRequest, model: Any, res: Any, sat: Saturation, mode: str, n: int
+    req: PredictRequest, model: Any, res: Any, sat: Saturation, mode: str, n: int, trace: Any
 ) -> list[str]:
     """Overload, preemption and dropped requests, in words. Sets the saturation's
     utilization for an open loop."""
     warnings: list[str] = []
+    if trace is not None and sat.max_requests_per_s:
+        sat.utilization = _trace_rate(trace) / sat.max_requests_per_s
     if mode == "rate" and req.request_rate is not None:
         sat.utilization = (
             req.request_rate / sat.max_requests_per_s if sat.max_requests_per_s else None
@@ -481,12 +505,18 @@ def _sim_warnings(
     return warnings
 
 
-def _predict_assumptions(req: PredictRequest, model: Any, mode: str) -> list[str]:
+def _predict_assumptions(req: PredictRequest, model: Any, mode: str, trace: Any) -> list[str]:
     assumptions: list[str] = []
-    if req.concurrency is None and req.request_rate is None:
+    if trace is not None:
+        from .trace_load import MAX_TRACE_SIM_REQUESTS, trace_note
+
+        assumptions.append(trace_note(trace, MAX_TRACE_SIM_REQUESTS))
+    elif req.concurrency is None and req.request_rate is None:
         assumptions.append("no load given: concurrency 1 (one request at a time)")
     spread = bool(req.input_tokens_p95 or req.output_tokens_p95)
-    if spread:
+    if trace is not None:
+        pass
+    elif spread:
         assumptions.append(
             "lengths drawn from lognormal distributions fitted to the given median and p95"
         )
