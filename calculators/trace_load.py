@@ -32,7 +32,8 @@ class TraceFields(BaseModel):
     trace: str | None = Field(
         default=None,
         max_length=4096,
-        description="Simulate this request trace's own arrivals and lengths (Mooncake, BurstGPT, Azure or JSONL file) instead of a fitted distribution.",
+        description="Simulate this request trace file's own arrivals and lengths. "
+        "Instead of a fitted distribution; formats as in probe --trace.",
     )
     trace_format: Literal["mooncake", "burstgpt", "azure", "jsonl"] | None = Field(
         default=None, description="Format of the trace; default: guessed from its first line."

@@ -136,7 +136,9 @@ class ProbeRequest(BaseModel):
     )
     trace: str | None = Field(
         None,
-        description="Replay a request trace file: its arrivals, lengths and shared prefixes (instead of request_rate).",
+        description="Replay this request trace file (its arrivals, lengths, shared prefixes). "
+        "Formats: Mooncake JSONL, BurstGPT CSV, Azure LLM inference CSV, JSONL with timestamp "
+        "(s) and input_tokens/output_tokens.",
     )
     trace_format: Literal["mooncake", "burstgpt", "azure", "jsonl"] | None = Field(
         None, description="Format of the trace file; default: guessed from its first line."
