@@ -104,23 +104,38 @@ def _gamma_shape(gaps: Any, notes: list[str]) -> tuple[float | None, str | None]
         notes.append("too few distinct arrivals to fit a burstiness")
         return None, None
     zeros = float(np.mean(gaps <= 0))
-    if zeros == 0.0:
-        from scipy import stats
-
-        shape, _, _ = stats.gamma.fit(gaps, floc=0)
-        method = "gamma maximum likelihood (scipy.stats.gamma.fit, loc 0)"
-    else:
+    shape = _gamma_mle(gaps) if zeros == 0.0 else None
+    method = "gamma maximum likelihood (scipy.stats.gamma.fit, loc 0)"
+    if shape is None:
         var = float(np.var(gaps))
         shape = float(np.mean(gaps)) ** 2 / var if var > 0 else MAX_BURSTINESS
         method = "moments (mean^2 / variance of the gaps)"
-        notes.append(
-            f"{100 * zeros:.0f} % of inter-arrival gaps are 0 (coinciding timestamps): "
-            "burstiness fitted by moments"
+        why = (
+            f"{100 * zeros:.0f} % of inter-arrival gaps are 0 (coinciding timestamps)"
+            if zeros
+            else "the gaps are (nearly) equal, where the likelihood has no maximum"
         )
+        notes.append(f"{why}: burstiness fitted by moments")
     clipped = min(MAX_BURSTINESS, max(MIN_BURSTINESS, float(shape)))
     if clipped != shape:
         notes.append(f"burstiness {shape:.3g} clipped to {clipped:g}")
     return round(clipped, 4), method
+
+
+def _gamma_mle(gaps: Any) -> float | None:
+    """scipy's maximum-likelihood shape (location 0), or None where it has no answer."""
+    import warnings
+
+    import numpy as np
+    from scipy import stats
+
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            shape, _, _ = stats.gamma.fit(gaps, floc=0)
+    except (ValueError, RuntimeError, FloatingPointError):
+        return None
+    return float(shape) if np.isfinite(shape) and shape > 0 else None
 
 
 def _lengths(values: list[int]) -> LengthPercentiles:
