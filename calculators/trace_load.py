@@ -109,8 +109,7 @@ def scaled_arrivals_ms(arrival_ms: Any, trace_rate: float, rate: float) -> Any:
 
 def trace_rate_per_s(trace: Trace) -> float:
     """Mean arrivals per second of the simulated requests (n / span)."""
-    span = trace.arrival_s[-1] - trace.arrival_s[0]
-    return len(trace) / span if span > 0 else float(len(trace))
+    return trace.mean_rate_per_s
 
 
 def trace_note(trace: Trace, limit: int) -> str:

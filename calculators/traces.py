@@ -107,8 +107,9 @@ class Trace:
 
     @property
     def mean_rate_per_s(self) -> float:
-        """Requests per second over the kept span; a single instant counts as one second."""
-        return len(self) / max(self.duration_s, 1.0) if self.arrival_s else 0.0
+        """Requests per second over the kept span (all at one instant: the count)."""
+        span = self.duration_s
+        return len(self) / span if span > 0 else float(len(self))
 
     def describe(self) -> dict[str, Any]:
         """What a stored run or result says about the trace it replayed."""
