@@ -215,9 +215,10 @@ def _guess_format(first: str, field_name: str) -> str:
         return "azure"
     if "Request tokens" in head:
         return "burstgpt"
-    raise InputError(
+    raise InputError(  # the line itself is not echoed: over MCP it could be any local file
         "trace_format",
-        f"cannot tell the format of {field_name} from its first line {head[:80]!r}",
+        f"cannot tell the format of {field_name} from its first line "
+        "(a JSON object, or a CSV header with ContextTokens or Request tokens)",
         ", ".join(FORMATS),
     )
 

@@ -30,8 +30,7 @@ from typing import Any
 from inferwise.calculators.errors import InputError
 from inferwise.calculators.traces import MOONCAKE_BLOCK_TOKENS, Trace, TraceWindow, load_trace
 from inferwise.probes.prompts import WORDS, PromptItem
-
-MAX_TRACE_PROMPT_TOKENS = 1 << 20
+from inferwise.probes.runner import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
 
 
 def load_probe_trace(req: Any) -> Trace:
@@ -43,14 +42,17 @@ def load_probe_trace(req: Any) -> Trace:
         max_requests=req.requests,
     )
     trace = load_trace(req.trace, req.trace_format, window)
-    longest = max(trace.input_tokens)
-    if longest > MAX_TRACE_PROMPT_TOKENS:
-        i = trace.input_tokens.index(longest)
-        raise InputError(
-            "trace",
-            f"row {trace.rows[i]}: input {longest:,} tokens is over the probe's prompt cap "
-            f"of {MAX_TRACE_PROMPT_TOKENS:,}",
-        )
+    for what, values, cap in (
+        ("input", trace.input_tokens, MAX_PROMPT_TOKENS),
+        ("output", trace.output_tokens, MAX_OUTPUT_TOKENS),
+    ):
+        longest = max(values)
+        if longest > cap:
+            i = values.index(longest)
+            raise InputError(
+                "trace",
+                f"row {trace.rows[i]}: {what} {longest:,} tokens is over the probe's cap of {cap:,}",
+            )
     return trace
 
 

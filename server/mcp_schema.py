@@ -92,9 +92,7 @@ def compact_tool(tool: dict[str, Any], shared: frozenset[str] = frozenset()) -> 
         if out["name"] != SHARED_OWNER:
             _undescribe(out["inputSchema"], shared, out)
         _listed_once(out["inputSchema"], speculative_fields(), out)
-        _listed_once(
-            out["inputSchema"], TRACE_OPTIONS, out, TRACE_OWNER, TRACE_SUMMARY, "trace options"
-        )
+        _listed_once(out["inputSchema"], TRACE_OPTIONS, out, TRACE_OWNER, TRACE_SUMMARY, None)
     if isinstance(out.get("outputSchema"), dict):
         out["outputSchema"] = summary_output(
             out["outputSchema"], KEY_OUTPUT_FIELDS.get(out["name"])
@@ -134,7 +132,7 @@ def _listed_once(
     tool: dict[str, Any],
     owner: str = SPEC_OWNER,
     summary: str = SPEC_SUMMARY,
-    elsewhere: str = "speculative-decoding fields",
+    elsewhere: str | None = "speculative-decoding fields",
 ) -> None:
     """A group of fields (the speculative ones, the trace replay's options): left out of
     the listed properties and named in the tool description, in full under `owner`. The
@@ -145,7 +143,13 @@ def _listed_once(
     for name in named:
         del props[name]
     if named:
-        extra = summary if tool.get("name") == owner else f" Takes {owner}'s {elsewhere}."
+        extra = (
+            summary
+            if tool.get("name") == owner
+            else f" Takes {owner}'s {elsewhere}."
+            if elsewhere
+            else f" Takes {', '.join(named)} (as in {owner})."
+        )
         tool["description"] = tool.get("description", "") + extra
 
 

@@ -69,9 +69,12 @@ def test_time_scale_window_and_request_cap(tmp_path) -> None:
         res = probe(
             url=srv.base_url, model="ref-model", trace=str(DATA / "mooncake.jsonl"),
             trace_time_scale=2, trace_start=0.2, trace_duration=2, requests=3,
-            calibrate=False, db=db,
+            warmup_requests=2, calibrate=False, db=db,
         )  # fmt: skip
-    recs = sorted(RunStore(db).requests(res.run_id), key=lambda r: r.scheduled_s)
+    recs = RunStore(db).requests(res.run_id)
+    warm = [r for r in recs if r.warmup]
+    recs = sorted((r for r in recs if not r.warmup), key=lambda r: r.scheduled_s)
+    assert len(warm) == 2 and res.summary.completed == 3
     assert [r.output_tokens for r in recs] == [10, 6, 16]  # rows 3-5 (the cap stops at 3)
     gaps = [b.scheduled_s - a.scheduled_s for a, b in zip(recs, recs[1:], strict=False)]
     assert gaps == pytest.approx([0.125, 0.35])  # (0.5-0.25)/2, (1.2-0.5)/2
@@ -248,3 +251,38 @@ def test_budget_trace_is_bounded_and_says_so(tmp_path) -> None:
     assert res.design_request_rate == pytest.approx(1000 / 99.9, rel=1e-3)
     assert any("the first 1,000 of 1,500" in a for a in res.assumptions)
     assert res.max_rate_under_slo and res.max_rate_under_slo > res.design_request_rate
+
+
+def test_mcp_predict_and_budget_take_a_trace_and_its_listed_once_options(tmp_path, monkeypatch):
+    from mcp.client import Client
+
+    from inferwise.server import mcp_server
+
+    monkeypatch.setenv("INFERWISE_DB", str(tmp_path / "runs.db"))
+    server = mcp_server.build_server()
+    trace = str(DATA / "mooncake.jsonl")
+
+    async def go():
+        async with Client(server) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            pred = await client.call_tool(
+                "predict_performance",
+                {"model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "h100", "trace": trace,
+                 "trace_time_scale": 2},
+            )  # fmt: skip
+            bad = await client.call_tool(
+                "decompose_latency_budget",
+                {"model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "h100", "trace": trace,
+                 "max_model_len": 1200, "slo_e2e_ms": {"p95": 5000}},
+            )  # fmt: skip
+            return tools, pred, bad
+
+    tools, pred, bad = asyncio.run(go())
+    for name in ("predict_performance", "decompose_latency_budget", "probe_endpoint"):
+        props = tools[name].input_schema["properties"]
+        assert "trace" in props and "trace_time_scale" not in props  # named in the description
+        assert "trace_time_scale" in tools[name].description
+    assert not pred.is_error, pred.content[0].text
+    load = pred.structured_content["load"]
+    assert load["mode"] == "trace" and load["request_rate"] == pytest.approx(8.0)  # 2x speed
+    assert bad.is_error and "row 2: input 1300 + output 8 tokens" in bad.content[0].text

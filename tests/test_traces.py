@@ -160,3 +160,16 @@ def test_a_day_long_trace_gives_its_hourly_profile(tmp_path) -> None:
     assert s.hourly_rate_rps[0] == pytest.approx(0.01, rel=0.6)  # hour 0 also holds the last row
     assert s.hourly_rate_rps[23] == pytest.approx(0.24, rel=0.01)
     assert s.peak_to_mean > 1.5  # the evening minute against the day's mean
+
+
+def test_file_size_and_row_count_are_bounded(tmp_path, monkeypatch) -> None:
+    from inferwise.calculators import traces
+
+    path = str(DATA / "plain.jsonl")
+    monkeypatch.setattr(traces, "MAX_TRACE_ROWS", 3)
+    with pytest.raises(InputError, match="more than 3 requests in the window"):
+        load_trace(path)
+    assert len(load_trace(path, window=TraceWindow(max_requests=3))) == 3  # a cap fits
+    monkeypatch.setattr(traces, "MAX_TRACE_BYTES", 100)
+    with pytest.raises(InputError, match="the limit is 0 MiB"):
+        load_trace(path)
