@@ -94,7 +94,7 @@ def _isnan(a: Any) -> Any:
     return np.isnan(a)
 
 
-def simulate(  # noqa: C901, PLR0915 - one cohesive step loop, kept whole for speed (see docstring)
+def simulate(
     model: StepModel,
     input_tokens: Any,
     output_tokens: Any,
@@ -102,256 +102,351 @@ def simulate(  # noqa: C901, PLR0915 - one cohesive step loop, kept whole for sp
     concurrency: int | None = None,
     max_steps: int = 2_000_000,
     stagger_ms: float = 0.0,
+    *,
+    cached: KvCached | None = None,
 ) -> SimResult:
     """Run requests through the engine model.
 
     Open loop: ``arrival_ms`` gives each request's arrival (sorted). Closed
     loop: ``concurrency`` clients each send their next request the moment the
     previous one completes (benchmark_serving ``--max-concurrency`` with
-    ``--request-rate inf``); ``stagger_ms`` spreads the clients' first requests. Neither: every request arrives at t=0 (offline).
-
-    One function on purpose: the step loop is the hot path of every prediction (and of
-    the recommender's search), and its state lives in locals; split into methods or
-    closures it ran measurably slower. The loop checks the compute budget
-    (:mod:`.deadline`) every 512 iterations.
+    ``--request-rate inf``); ``stagger_ms`` spreads the clients' first requests.
+    Neither: every request arrives at t=0 (offline). ``cached``: prompt tokens
+    whose KV is there before the request is scheduled (prefix-cache hits, or the
+    KV a disaggregated decode worker receives).
     """
     import numpy as np
 
     inp = np.asarray(input_tokens, dtype=np.int64)
     out = np.maximum(np.asarray(output_tokens, dtype=np.int64), 1)
-    n = len(inp)
-    prompt = inp.tolist()
-    outl = out.tolist()
-    arrivals = _initial_arrivals(arrival_ms, concurrency, n, stagger_ms)
+    arrivals = _initial_arrivals(arrival_ms, concurrency, len(inp), stagger_ms)
     closed = arrival_ms is None and concurrency is not None
-    next_req = len(arrivals)  # closed loop: next request id to release
+    loop = _StepLoop(model, inp.tolist(), out.tolist(), arrivals, closed)
+    if cached is not None:
+        loop.preload(cached)
+    loop.run(max_steps)
+    return _result(inp, out, loop.timeline(), loop.itl_chunks, loop.itl_counts, loop.counters())
 
-    cap = int(model.kv_capacity_tokens)
-    max_seqs = int(model.max_num_seqs)
-    budget_cap = int(model.max_num_batched_tokens)
 
-    arr_t = [float("nan")] * n
-    sched_t = [float("nan")] * n
-    first_t = [float("nan")] * n
-    done_t = [float("nan")] * n
-    for i, a in enumerate(arrivals):
-        arr_t[i] = a
+@dataclass(frozen=True)
+class KvCached:
+    """Prompt tokens each request finds in the KV cache when it is scheduled.
 
-    # Per-request progress.
-    computed = [0] * n  # tokens in KV for prefilling requests
-    to_prefill = [0] * n  # prompt tokens still to compute (grows after preemption)
-    generated = [0] * n
-    # Decode-phase requests: finish at a decode tick (kept in decode_heap); context = base + tick.
-    ctx_base = [0] * n
-    version = [0] * n
-    tick = 0
-    decode_heap: list[tuple[int, int, int]] = []  # (finish_tick, version, id)
-    decoding: set[int] = set()
-    sum_ctx_base = 0
-    prefilling: list[int] = []  # admission order
-    order: list[int] = []  # admission order of all running requests
-    waiting: deque[int] = deque()
-    reserved = 0  # prompt tokens admitted but not yet computed
-    kv_used = 0  # tokens in cache (prefilling computed + decoding contexts)
+    ``tokens[i]`` of request i's prompt are not computed (at most the prompt minus one:
+    the last prompt token is always run to sample the first output token), but its
+    attention reads them. ``own`` says whose blocks they are: ``False`` for prefix-cache
+    hits (blocks shared with other requests, held once in ``shared_kv_tokens`` taken off
+    the capacity), ``True`` for KV transferred to a disaggregated decode worker (the
+    request holds it from admission, like a computed prompt).
+    """
 
-    lines: dict[int, tuple[float, float, float, float, float]] = {}
-    itl_chunks: list[Any] = []
-    itl_counts: list[Any] = []
-    t = 0.0
-    arr_i = 0  # next arrival index (open loop / offline / closed initial)
-    steps = preempt = rejected = 0
-    decode_batch_sum = 0.0
-    max_running = peak_kv = 0
-    released = len(arrivals)
-    finished = 0
+    tokens: Any
+    own: bool = False
+    shared_kv_tokens: int = 0
 
-    def release_next(now: float) -> None:
-        nonlocal next_req, released
-        if closed and next_req < n:
-            arr_t[next_req] = now
-            arrivals.append(now)
-            next_req += 1
-            released += 1
 
-    def finish(i: int, now: float) -> None:
-        nonlocal finished
-        done_t[i] = now
-        finished += 1
-        order.remove(i)
-        release_next(now)
+class _StepLoop:
+    """The engine's state between steps, and the steps of the scheduler.
 
-    def retire_decodes(now: float) -> None:
-        """Finish the decodes whose last token came at this tick (stale heap entries of
-        preempted requests carry an old version and are dropped)."""
-        nonlocal sum_ctx_base, kv_used
-        while decode_heap and decode_heap[0][0] <= tick:
-            _, ver, i = heapq.heappop(decode_heap)
-            if i in decoding and version[i] == ver:
-                decoding.discard(i)
-                sum_ctx_base -= ctx_base[i]
-                kv_used -= ctx_base[i] + tick
-                generated[i] = outl[i]
-                finish(i, now)
+    One engine step is: queue the arrivals, preempt until every decode fits its next
+    token, choose the prefill chunks (running prompts first, then admissions), then run
+    either a block of pure-decode steps or one mixed step. The state is plain lists
+    indexed by request id (``__slots__``, no per-request objects): this loop is the hot
+    path of every prediction and of the recommender's search.
 
-    loops = 0
-    while finished + rejected < n and steps < max_steps:
-        loops += 1
-        if not loops & 511:
-            deadline.check()
-            time.sleep(0)  # hand the GIL over: a server's event loop shares this process
-        # Arrivals up to now join the queue.
-        while arr_i < len(arrivals) and arrivals[arr_i] <= t:
-            waiting.append(arr_i)
-            arr_i += 1
-        if not order and not waiting:
-            if arr_i < len(arrivals):
-                t = arrivals[arr_i]
+    Decoding requests are not stepped one by one: a request that starts decoding at
+    tick ``t0`` with ``ctx`` tokens has ``ctx_base = ctx - t0``, so its context at any
+    later tick is ``ctx_base + tick``, and it finishes at a tick kept in ``decode_heap``.
+    """
+
+    __slots__ = (
+        "model", "cap", "max_seqs", "budget_cap", "n", "prompt", "outl", "arrivals",
+        "closed", "next_req", "arr_t", "sched_t", "first_t", "done_t", "computed",
+        "to_prefill", "generated", "ctx_base", "version", "tick", "decode_heap",
+        "decoding", "sum_ctx_base", "prefilling", "order", "waiting", "reserved",
+        "kv_used", "lines", "itl_chunks", "itl_counts", "t", "arr_i", "steps",
+        "preempt", "rejected", "decode_batch_sum", "max_running", "peak_kv", "finished",
+        "as_array", "skip", "adj",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        model: StepModel,
+        prompt: list[int],
+        outl: list[int],
+        arrivals: list[float],
+        closed: bool,
+    ) -> None:
+        n = len(prompt)
+        self.model = model
+        self.cap = int(model.kv_capacity_tokens)
+        self.max_seqs = int(model.max_num_seqs)
+        self.budget_cap = int(model.max_num_batched_tokens)
+        self.n, self.prompt, self.outl, self.arrivals = n, prompt, outl, arrivals
+        self.closed = closed
+        self.next_req = len(arrivals)  # closed loop: the next request id to release
+        nan = float("nan")
+        self.arr_t = arrivals + [nan] * (n - len(arrivals))
+        self.sched_t, self.first_t, self.done_t = [nan] * n, [nan] * n, [nan] * n
+        self.computed = [0] * n  # tokens in KV of prefilling requests
+        self.to_prefill = [0] * n  # prompt tokens still to compute (grows after preemption)
+        self.generated = [0] * n
+        self.ctx_base = [0] * n
+        self.version = [0] * n  # bumped on preemption: stale decode_heap entries are dropped
+        self.tick = 0
+        self.decode_heap: list[tuple[int, int, int]] = []  # (finish_tick, version, id)
+        self.decoding: set[int] = set()
+        self.sum_ctx_base = 0
+        self.prefilling: list[int] = []  # admission order
+        self.order: list[int] = []  # admission order of all running requests
+        self.waiting: deque[int] = deque()
+        self.reserved = 0  # prompt tokens admitted but not yet computed
+        self.kv_used = 0  # tokens in cache (prefilling computed + decoding contexts)
+        self.lines: dict[int, tuple[float, float, float, float, float]] = {}
+        self.itl_chunks: list[Any] = []
+        self.itl_counts: list[Any] = []
+        self.t = 0.0
+        self.arr_i = 0  # next arrival index
+        self.steps = self.preempt = self.rejected = self.finished = 0
+        self.decode_batch_sum = 0.0
+        self.max_running = self.peak_kv = 0
+        self.skip = self.adj = [0] * n  # cached prompt tokens; own KV minus context (see preload)
+        import numpy as np
+
+        self.as_array = np.array  # bound once: an import per step costs a measurable share
+
+    def preload(self, cached: KvCached) -> None:
+        """Take cached prompt tokens into account: they are skipped by prefill but count
+        in every attention context; only ``own`` ones count in the request's KV use."""
+        self.skip = [
+            min(max(0, int(c)), p - 1) for c, p in zip(cached.tokens, self.prompt, strict=True)
+        ]
+        self.adj = [0] * self.n if cached.own else [-c for c in self.skip]
+        self.cap = max(1, self.cap - int(cached.shared_kv_tokens))
+
+    def run(self, max_steps: int) -> None:
+        """Step until every request finished or was rejected; checks the compute budget
+        (:mod:`.deadline`) every 512 iterations."""
+        # Bound methods and containers in locals: this loop runs once per engine step.
+        arrivals, order, waiting, decoding = self.arrivals, self.order, self.waiting, self.decoding
+        preempt, schedule = self._preempt_until_decodes_fit, self._schedule_chunks
+        mixed_step, decode_block = self._mixed_step, self._decode_block
+        n, cap, loops = self.n, self.cap, 0
+        while self.finished + self.rejected < n and self.steps < max_steps:
+            loops += 1
+            if not loops & 511:
+                deadline.check()
+                time.sleep(0)  # hand the GIL over: a server's event loop shares this process
+            if self.arr_i < len(arrivals) and arrivals[self.arr_i] <= self.t:
+                self._queue_arrivals()
+            if not order and not waiting:
+                if not self._jump_to_next_arrival():
+                    break
                 continue
-            break
+            if decoding and self.kv_used + self.reserved + len(decoding) > cap:
+                preempt()
+            chunks = schedule()
+            if chunks:
+                mixed_step(chunks)
+            elif decoding:
+                decode_block()
+            elif not self._jump_to_next_arrival():
+                break  # nothing can run and nothing will arrive
 
-        d = len(decoding)
-        # Preempt (recompute) the newest requests until every decode fits its next token.
-        while d and kv_used + reserved + d > cap and order:
+    def _queue_arrivals(self) -> None:
+        arrivals, t = self.arrivals, self.t
+        while self.arr_i < len(arrivals) and arrivals[self.arr_i] <= t:
+            self.waiting.append(self.arr_i)
+            self.arr_i += 1
+
+    def _jump_to_next_arrival(self) -> bool:
+        if self.arr_i >= len(self.arrivals):
+            return False
+        self.t = max(self.t, self.arrivals[self.arr_i])
+        return True
+
+    def _release_next(self, now: float) -> None:
+        """Closed loop: the client whose request just ended sends its next one."""
+        if self.closed and self.next_req < self.n:
+            self.arr_t[self.next_req] = now
+            self.arrivals.append(now)
+            self.next_req += 1
+
+    def _finish(self, i: int, now: float) -> None:
+        self.done_t[i] = now
+        self.finished += 1
+        self.order.remove(i)
+        self._release_next(now)
+
+    def _preempt_until_decodes_fit(self) -> None:
+        """Recompute-preempt the newest requests until every decode fits its next token."""
+        order, decoding = self.order, self.decoding
+        while decoding and self.kv_used + self.reserved + len(decoding) > self.cap and order:
             victim = order.pop()
-            preempt += 1
+            self.preempt += 1
             if victim in decoding:
-                ctx = ctx_base[victim] + tick
+                ctx = self.ctx_base[victim] + self.tick
                 decoding.discard(victim)
-                version[victim] += 1
-                sum_ctx_base -= ctx_base[victim]
-                kv_used -= ctx
-                to_prefill[victim] = ctx  # prompt + generated so far, recomputed
-                computed[victim] = 0
+                self.version[victim] += 1
+                self.sum_ctx_base -= self.ctx_base[victim]
+                self.kv_used -= ctx + self.adj[victim]
+                # prompt + generated so far, recomputed (cached tokens are found again)
+                self.to_prefill[victim] = ctx - self.skip[victim]
             else:
-                prefilling.remove(victim)
-                kv_used -= computed[victim]
-                reserved -= to_prefill[victim]
-                to_prefill[victim] += computed[victim]
-                computed[victim] = 0
-            waiting.appendleft(victim)
-            d = len(decoding)
+                self.prefilling.remove(victim)
+                self.kv_used -= self.computed[victim] + self.skip[victim] + self.adj[victim]
+                self.reserved -= self.to_prefill[victim]
+                self.to_prefill[victim] += self.computed[victim]
+            self.computed[victim] = 0
+            self.waiting.appendleft(victim)
 
-        budget = budget_cap - d
+    def _schedule_chunks(self) -> list[tuple[int, int]]:
+        """This step's prefill chunks: running prompts first, then FIFO admissions while
+        the sequence limit, the token budget and the KV cache allow."""
+        to_prefill = self.to_prefill
+        d = len(self.decoding)
+        budget = self.budget_cap - d
         chunks: list[tuple[int, int]] = []
-        for i in prefilling:
+        for i in self.prefilling:
             if budget <= 0:
-                break
+                return chunks
             c = min(to_prefill[i], budget)
             chunks.append((i, c))
             budget -= c
-        while waiting and len(order) < max_seqs and budget > 0:
+        waiting, order, cap = self.waiting, self.order, self.cap
+        while waiting and len(order) < self.max_seqs and budget > 0:
             i = waiting[0]
-            need = to_prefill[i] if to_prefill[i] else prompt[i]
-            if need > cap:  # can never fit: fail it rather than block the queue forever
+            need = to_prefill[i] or self.prompt[i] - self.skip[i]
+            held = self.skip[i] + self.adj[i]  # cached KV this request holds itself
+            if need + held > cap:  # can never fit: fail it rather than block the queue forever
                 waiting.popleft()
-                rejected += 1
-                release_next(t)
+                self.rejected += 1
+                self._release_next(self.t)
                 continue
-            if kv_used + reserved + d + need > cap:  # this step's decode tokens too
+            if self.kv_used + self.reserved + d + need + held > cap:  # this step's decodes too
                 break
             waiting.popleft()
             to_prefill[i] = need
-            reserved += need
+            self.reserved += need
+            self.kv_used += held
             order.append(i)
-            prefilling.append(i)
-            if sched_t[i] != sched_t[i]:  # first time scheduled (NaN check)
-                sched_t[i] = t
+            self.prefilling.append(i)
+            if self.sched_t[i] != self.sched_t[i]:  # first time scheduled (NaN check)
+                self.sched_t[i] = self.t
             c = min(need, budget)
             chunks.append((i, c))
             budget -= c
+        return chunks
 
-        if not chunks and d == 0:
-            # Nothing can run: only possible when waiting requests are blocked
-            # forever (cannot happen with the rejection above) or arrivals pending.
-            if arr_i < len(arrivals):
-                t = max(t, arrivals[arr_i])
-                continue
-            break
+    def _decode_block(self) -> None:
+        """Pure decode: advance to the next completion (or arrival, or KV limit) at once."""
+        heap, decoding, version = self.decode_heap, self.decoding, self.version
+        while heap and (heap[0][2] not in decoding or version[heap[0][2]] != heap[0][1]):
+            heapq.heappop(heap)  # stale: preempted since it was pushed
+        d = len(decoding)
+        k = heap[0][0] - self.tick if heap else 1
+        k = max(1, min(k, (self.cap - self.kv_used - self.reserved) // d))
+        line = self.lines.get(d)
+        if line is None:
+            line = self.lines[d] = self.model.decode_line(d)
+        pending = self.arr_i < len(self.arrivals) and len(self.order) < self.max_seqs
+        limit = self.arrivals[self.arr_i] if pending else None
+        kv0 = self.sum_ctx_base + d * self.tick
+        times, self.t = _decode_block(line, self.t, kv0, d, k, limit)
+        k = len(times)
+        self.itl_chunks.append(times)
+        self.itl_counts.append(d)
+        self.decode_batch_sum += d * k
+        self.steps += k
+        self.tick += k
+        self.kv_used += d * k
+        self.peak_kv = max(self.peak_kv, self.kv_used + self.reserved)
+        self._retire_decodes()
 
-        if not chunks:
-            # Pure decode: advance a block of steps at once.
-            k = decode_heap[0][0] - tick if decode_heap else 1
-            while decode_heap and (
-                decode_heap[0][2] not in decoding or version[decode_heap[0][2]] != decode_heap[0][1]
-            ):
-                heapq.heappop(decode_heap)
-                k = decode_heap[0][0] - tick if decode_heap else 1
-            room = cap - kv_used - reserved
-            k = max(1, min(k, room // d if d else k))
-            kv0 = sum_ctx_base + d * tick
-            line = lines.get(d)
-            if line is None:
-                line = lines[d] = model.decode_line(d)
-            limit = arrivals[arr_i] if arr_i < len(arrivals) and len(order) < max_seqs else None
-            times, end_t = _decode_block(line, t, kv0, d, k, limit)
-            k = len(times)
-            itl_chunks.append(times)
-            itl_counts.append(d)
-            decode_batch_sum += d * k
-            steps += k
-            tick += k
-            kv_used += d * k
-            peak_kv = max(peak_kv, kv_used + reserved)
-            t = end_t
-            retire_decodes(t)
-            continue
-
-        # A mixed step: decodes plus prefill chunks.
-        p_tokens = 0
+    def _mixed_step(self, chunks: list[tuple[int, int]]) -> None:
+        """One step of every decode plus the prefill chunks; prompts that complete emit
+        their first token."""
+        computed, to_prefill, skip = self.computed, self.to_prefill, self.skip
+        d = len(self.decoding)
+        p_tokens = ctx_prefill = 0
         pairs = 0.0
-        ctx_prefill = 0
         completing = []
         for i, c in chunks:
-            done = computed[i]
+            done = computed[i] + skip[i]
             pairs += c * (done + c / 2.0)
             ctx_prefill += done
             p_tokens += c
+            computed[i] += c
             if c == to_prefill[i]:
                 completing.append(i)
-        kv_ctx = sum_ctx_base + d * tick + ctx_prefill
-        dt = model.step_ms(p_tokens, d, kv_ctx, prefill_pairs=pairs, sampled=d + len(completing))
-        t += dt
-        steps += 1
-        if d:
-            itl_chunks.append(np.array([dt]))
-            itl_counts.append(d)
-            decode_batch_sum += d
-        tick += 1
-        kv_used += d
-        for i, c in chunks:
-            computed[i] += c
             to_prefill[i] -= c
-            reserved -= c
-            kv_used += c
-        peak_kv = max(peak_kv, kv_used + reserved)
-        retire_decodes(t)
+        tick = self.tick
+        kv_ctx = self.sum_ctx_base + d * tick + ctx_prefill
+        dt = self.model.step_ms(
+            p_tokens, d, kv_ctx, prefill_pairs=pairs, sampled=d + len(completing)
+        )
+        self.t += dt
+        self.steps += 1
+        if d:
+            self.itl_chunks.append(self.as_array((dt,)))
+            self.itl_counts.append(d)
+            self.decode_batch_sum += d
+        self.tick = tick + 1
+        kv_used = self.kv_used = self.kv_used + d + p_tokens
+        reserved = self.reserved = self.reserved - p_tokens
+        if kv_used + reserved > self.peak_kv:
+            self.peak_kv = kv_used + reserved
+        if self.decode_heap and self.decode_heap[0][0] <= tick + 1:
+            self._retire_decodes()
         for i in completing:
-            prefilling.remove(i)
-            if first_t[i] != first_t[i]:
-                first_t[i] = t
-            generated[i] += 1
-            if generated[i] >= outl[i]:
-                kv_used -= computed[i]
-                computed[i] = 0
-                finish(i, t)
-                continue
-            ctx = computed[i]
-            computed[i] = 0
-            ctx_base[i] = ctx - tick
-            sum_ctx_base += ctx_base[i]
-            version[i] += 1
-            heapq.heappush(decode_heap, (tick + (outl[i] - generated[i]), version[i], i))
-            decoding.add(i)
-        max_running = max(max_running, len(order))
+            self._start_decoding(i)
+        if len(self.order) > self.max_running:
+            self.max_running = len(self.order)
 
-    return _result(
-        inp,
-        out,
-        _Timeline(arr_t, sched_t, first_t, done_t),
-        itl_chunks,
-        itl_counts,
-        _Counters(rejected, steps, preempt, decode_batch_sum, max_running, peak_kv),
-    )
+    def _start_decoding(self, i: int) -> None:
+        """A prompt just completed and emitted its first token: finish it or decode on."""
+        self.prefilling.remove(i)
+        if self.first_t[i] != self.first_t[i]:
+            self.first_t[i] = self.t
+        self.generated[i] += 1
+        ctx = self.computed[i] + self.skip[i]
+        self.computed[i] = 0
+        if self.generated[i] >= self.outl[i]:
+            self.kv_used -= ctx + self.adj[i]
+            self._finish(i, self.t)
+            return
+        self.ctx_base[i] = ctx - self.tick
+        self.sum_ctx_base += self.ctx_base[i]
+        self.version[i] += 1
+        finish_tick = self.tick + (self.outl[i] - self.generated[i])
+        heapq.heappush(self.decode_heap, (finish_tick, self.version[i], i))
+        self.decoding.add(i)
+
+    def _retire_decodes(self) -> None:
+        """Finish the decodes whose last token came at this tick (stale heap entries of
+        preempted requests carry an old version and are dropped)."""
+        heap, decoding, tick = self.decode_heap, self.decoding, self.tick
+        while heap and heap[0][0] <= tick:
+            _, ver, i = heapq.heappop(heap)
+            if i in decoding and self.version[i] == ver:
+                decoding.discard(i)
+                self.sum_ctx_base -= self.ctx_base[i]
+                self.kv_used -= self.ctx_base[i] + tick + self.adj[i]
+                self.generated[i] = self.outl[i]
+                self._finish(i, self.t)
+
+    def timeline(self) -> _Timeline:
+        return _Timeline(self.arr_t, self.sched_t, self.first_t, self.done_t)
+
+    def counters(self) -> _Counters:
+        return _Counters(
+            self.rejected,
+            self.steps,
+            self.preempt,
+            self.decode_batch_sum,
+            self.max_running,
+            self.peak_kv,
+        )
 
 
 def _initial_arrivals(
@@ -577,21 +672,27 @@ def simulate_load(
     burstiness: float = 1.0,
     seed: int = 0,
     stagger_ms: float = 0.0,
+    cached: KvCached | None = None,
 ) -> tuple[SimResult, LoadStats]:
     """The requests under one load shape, and its statistics: a closed loop of
     `concurrency` clients (first requests spread over `stagger_ms`), an open loop
     at `rate_per_s` with gamma(`burstiness`) arrivals drawn from `seed`, or, with
-    neither (or an infinite rate), every request at once (offline)."""
+    neither (or an infinite rate), every request at once (offline). `cached`: prompt
+    tokens found in the KV cache (see :class:`KvCached`)."""
     if concurrency is not None:
         res = simulate(
-            model, input_tokens, output_tokens, concurrency=concurrency, stagger_ms=stagger_ms
+            model,
+            input_tokens,
+            output_tokens,
+            concurrency=concurrency,
+            stagger_ms=stagger_ms,
+            cached=cached,
         )
         return res, load_stats(res, concurrency)
-    if rate_per_s is None or math.isinf(rate_per_s):
-        res = simulate(model, input_tokens, output_tokens)
-    else:
+    arrivals = None
+    if rate_per_s is not None and not math.isinf(rate_per_s):
         arrivals = poisson_arrivals_ms(len(input_tokens), float(rate_per_s), burstiness, seed=seed)
-        res = simulate(model, input_tokens, output_tokens, arrival_ms=arrivals)
+    res = simulate(model, input_tokens, output_tokens, arrival_ms=arrivals, cached=cached)
     return res, load_stats(res)
 
 

@@ -51,6 +51,7 @@ from .bounds import (
 from .deployment import Deployment
 from .errors import InputError
 from .predict import MAX_REQUESTS, Percentiles, check_p95_lengths, measured
+from .prefix_cache import PrefixCacheFields, plan_hits
 from .spec_decode import SpeculativeFields, SpeculativeResult
 from .trace_load import TraceFields
 
@@ -128,7 +129,7 @@ def _slo_field(metric: str) -> Any:
     )
 
 
-class BudgetRequest(TraceFields, SpeculativeFields, Deployment):
+class BudgetRequest(TraceFields, PrefixCacheFields, SpeculativeFields, Deployment):
     """SLO targets, the workload and the deployment to budget."""
 
     model_config = ConfigDict(extra="forbid")
@@ -400,7 +401,8 @@ def _simulate(
 
         # the trace's arrival pattern, played at `rate` (its own mean rate x the speed-up)
         arrivals = scaled_arrivals_ms(wl.trace_arrival_ms, wl.trace_rate, rate)
-        res = simulate(model, inp, out, arrival_ms=arrivals)
+        hits = plan_hits(wl.req, model, inp, out, None)
+        res = simulate(model, inp, out, arrival_ms=arrivals, cached=hits and hits.cached)
         return res, load_stats(res)
     service = 0.0
     if conc is not None:
@@ -410,6 +412,7 @@ def _simulate(
         service = model.prefill_ms(int(mean_in)) + mean_out * model.decode_ms(
             conc, mean_in + mean_out / 2
         )
+    prefix = plan_hits(wl.req, model, inp, out, conc)
     return simulate_load(
         model,
         inp,
@@ -419,6 +422,7 @@ def _simulate(
         burstiness=burst,
         seed=seed,
         stagger_ms=service,
+        cached=prefix and prefix.cached,
     )
 
 
@@ -788,8 +792,10 @@ def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetRe
     components = _components(req, m, key)
     binding, binding_target = _binding(components, checks, key)
 
-    mean_in, mean_out = (float(a.mean()) for a in wl.arrays(256))
-    sat = saturation_point(model, mean_in, mean_out)
+    arrays = wl.arrays(256)
+    mean_in, mean_out = (float(a.mean()) for a in arrays)
+    hits = plan_hits(req, model, *arrays, conc)
+    sat = saturation_point(model, mean_in, mean_out, hits.effective_hit_rate if hits else 0.0)
     max_rate, max_conc = (
         _load_that_fits(req, model, wl, costs, conc, sat.max_requests_per_s)
         if find_max_rate
@@ -863,7 +869,20 @@ def _assumptions(req: BudgetRequest, model: Any, wl: _Workload) -> list[str]:
             else []
         ),
         "engine stages simulated as in `inferwise predict` (same step model and calibrated factors)",
+        *_prefix_assumption(req),
         *model.notes,
+    ]
+
+
+def _prefix_assumption(req: BudgetRequest) -> list[str]:
+    if req.prefix_cache_hit_rate is None:
+        return [
+            "no prefix-cache hits (give prefix_cache_hit_rate for a workload with shared prefixes)"
+        ]
+    return [
+        f"prefix-cache hits on {req.prefix_cache_hit_rate:.0%} of prompt tokens from "
+        f"{req.prefix_cache_distinct_prefixes:,} shared prefix(es): their prefill is skipped "
+        "(`inferwise predict --prefix-cache-hit-rate` shows the gain and the capacity limit)"
     ]
 
 

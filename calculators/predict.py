@@ -17,13 +17,17 @@ modules only (numpy is imported by the functions that need it).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .bounds import MAX_BURSTINESS, MAX_SEED, MIN_BURSTINESS, check_rate
 from .deployment import Deployment
+from .disaggregation import DisaggregationFields, DisaggregationResult
+from .disaggregation_eval import aggregated_share
 from .errors import InputError, OperationalError
+from .prefix_cache import PrefixCacheFields, PrefixCacheResult, PrefixPlan
 from .spec_decode import SpeculativeFields, SpeculativeResult
 from .trace_load import TraceFields
 
@@ -32,7 +36,9 @@ PERCENTILES = (50, 90, 95, 99)
 MAX_REQUESTS = 4000
 
 
-class PredictRequest(TraceFields, SpeculativeFields, Deployment):
+class PredictRequest(
+    TraceFields, DisaggregationFields, PrefixCacheFields, SpeculativeFields, Deployment
+):
     """A deployment and the load to predict it under."""
 
     model_config = ConfigDict(extra="forbid")
@@ -214,6 +220,14 @@ class PredictResult(BaseModel):
         default=None,
         description="What speculative decoding buys at this load (null when speculative_method is not set).",
     )
+    prefix_cache: PrefixCacheResult | None = Field(
+        default=None,
+        description="What the prefix cache buys at this load (null when prefix_cache_hit_rate is not set).",
+    )
+    disaggregation: DisaggregationResult | None = Field(
+        default=None,
+        description="The P:D split against aggregated replicas on the same GPUs (null when aggregated).",
+    )
 
 
 # --------------------------------------------------------------------------- helpers shared with budget
@@ -309,7 +323,9 @@ def default_num_requests(concurrency: int | None, rate: float | None) -> int:
     return min(n, MAX_REQUESTS)
 
 
-def saturation_point(model: Any, mean_in: float, mean_out: float) -> Saturation:
+def saturation_point(
+    model: Any, mean_in: float, mean_out: float, cached_share: float = 0.0
+) -> Saturation:
     """Analytical capacity: the batch the engine can hold and how fast it turns over.
 
     At saturation the engine runs B = min(max_num_seqs, KV capacity / mean
@@ -324,9 +340,11 @@ def saturation_point(model: Any, mean_in: float, mean_out: float) -> Saturation:
         "max_num_seqs" if model.max_num_seqs <= kv_limit else "kv_cache"
     )
     t_dec = model.decode_ms(batch, ctx)
-    # Marginal prefill cost: the prefill steps minus the fixed per-step overhead they share with decodes.
-    chunks = max(1, math.ceil(mean_in / model.max_num_batched_tokens))
-    t_pf = max(0.0, model.prefill_ms(int(mean_in)) - chunks * model.efficiency.step_overhead_ms)
+    # Marginal prefill cost: the prefill steps minus the fixed per-step overhead they share
+    # with decodes; prefix-cache hits (``cached_share`` of the prompt) are not computed.
+    computed_in = max(1.0, mean_in * (1.0 - cached_share))
+    chunks = max(1, math.ceil(computed_in / model.max_num_batched_tokens))
+    t_pf = max(0.0, model.prefill_ms(int(computed_in)) - chunks * model.efficiency.step_overhead_ms)
     per_batch_ms = mean_out * t_dec + batch * t_pf
     rps = batch / (per_batch_ms / 1e3) if per_batch_ms > 0 else math.inf
     return Saturation(
@@ -337,9 +355,23 @@ def saturation_point(model: Any, mean_in: float, mean_out: float) -> Saturation:
     )
 
 
-def run_load(req: Any, model: Any, n: int | None = None) -> tuple[Any, Any, Any, Any]:
-    """Simulate the request's load on `model`; returns (sim result, stats, inputs, outputs)."""
+@dataclass(frozen=True)
+class LoadRun:
+    """One simulated load: the engine's result, the client's statistics, the lengths, and
+    (with prefix-cache hits) the hits and the same load's statistics without them."""
+
+    res: Any
+    stats: Any
+    inp: Any
+    out: Any
+    prefix: PrefixPlan | None = None
+    stats_without_cache: Any = None
+
+
+def run_load(req: Any, model: Any, n: int | None = None) -> LoadRun:
+    """Simulate the request's load on `model`, with its prefix-cache hits if it has any."""
     from .batching_sim import simulate_load
+    from .prefix_cache import plan_hits
 
     rate = req.request_rate
     conc = req.concurrency
@@ -347,10 +379,11 @@ def run_load(req: Any, model: Any, n: int | None = None) -> tuple[Any, Any, Any,
         conc = 1
     n = n or req.num_requests or default_num_requests(conc, rate)
     inp, out = workload_arrays(req, n, getattr(req, "max_model_len", None))
-    res, stats = simulate_load(
-        model, inp, out, concurrency=conc, rate_per_s=rate, burstiness=req.burstiness, seed=req.seed
-    )
-    return res, stats, inp, out
+    load = {"concurrency": conc, "rate_per_s": rate, "burstiness": req.burstiness, "seed": req.seed}
+    prefix = plan_hits(req, model, inp, out, conc)
+    res, stats = simulate_load(model, inp, out, cached=prefix and prefix.cached, **load)
+    baseline = simulate_load(model, inp, out, **load)[1] if prefix else None
+    return LoadRun(res, stats, inp, out, prefix, baseline)
 
 
 def bound_of(
@@ -381,21 +414,18 @@ def predict_performance(req: PredictRequest) -> PredictResult:
     """Simulate the deployment under the requested load; see the module docstring."""
     import numpy as np
 
+    from .disaggregation import parse_split
     from .roofline import StepModel
 
     model = StepModel.from_deployment(req)
-    if req.trace is None:  # a trace's rows are checked one by one as it is read
-        check_lengths(req)
-    trace = None
-    if req.trace is not None:
-        from .trace_load import run_trace_load
-
-        res, stats, inp, out, trace = run_trace_load(req, model)
-    else:
-        res, stats, inp, out = run_load(req, model)
+    split = parse_split(req)
+    run, trace = _simulated(req, model, split)
+    res, stats, inp, out = run.res, run.stats, run.inp, run.out
     mean_in, mean_out = float(inp.mean()), float(out.mean())
     bound, shares, dec = bound_of(model, res, mean_in, mean_out)
-    sat = saturation_point(model, mean_in, mean_out)
+    sat = saturation_point(
+        model, mean_in, mean_out, run.prefix.effective_hit_rate if run.prefix else 0
+    )
     mode = "trace" if trace is not None else _load_mode(req)
     warnings = _sim_warnings(req, model, res, sat, mode, len(inp), trace)
     itl = weighted_percentiles(stats.itl_values, stats.itl_weights)
@@ -411,26 +441,13 @@ def predict_performance(req: PredictRequest) -> PredictResult:
         stats.output_tokens_per_s,
         trace is None and (req.concurrency is not None or req.request_rate is None),
     )
-    return PredictResult(
+    result = PredictResult(
         model=req.model,
         gpu=model.hardware.name,
         tensor_parallel_size=req.tensor_parallel_size,
         pipeline_parallel_size=req.pipeline_parallel_size,
         engine=req.engine,
-        load=Load(
-            mode=mode,
-            concurrency=req.concurrency if mode == "concurrency" else None,
-            request_rate=_trace_rate(trace)
-            if trace
-            else req.request_rate
-            if mode == "rate"
-            else None,
-            burstiness=req.burstiness if mode == "rate" else None,
-            num_requests=len(inp),
-            input_tokens=_dist(inp),
-            output_tokens=_dist(out),
-            trace=trace.describe() if trace else None,
-        ),
+        load=_load(req, mode, inp, out, trace),
         ttft_ms=measured(percentiles(stats.ttft_ms), "TTFT"),
         itl_ms=itl,
         tpot_ms=percentiles(stats.tpot_ms),
@@ -461,6 +478,79 @@ def predict_performance(req: PredictRequest) -> PredictResult:
         assumptions=_predict_assumptions(req, model, mode, trace),
         warnings=warnings,
         speculative=spec,
+        prefix_cache=_prefix_result(run, itl),
+    )
+    return _disaggregated(req, model, split, run, result) if split else result
+
+
+def _simulated(req: PredictRequest, model: Any, split: Any) -> tuple[LoadRun, Any]:
+    """The simulated load and, for a trace, the trace: its own arrivals and lengths (each
+    row checked against the context as it is read), else the asked load shape."""
+    if req.trace is None:
+        check_lengths(req)
+        return run_load(aggregated_share(req, split) if split else req, model), None
+    from .trace_load import run_trace_load
+
+    return run_trace_load(req, model)
+
+
+def _load(req: PredictRequest, mode: str, inp: Any, out: Any, trace: Any) -> Load:
+    rate = req.request_rate if mode == "rate" else None
+    return Load(
+        mode=mode,  # type: ignore[arg-type]
+        concurrency=req.concurrency if mode == "concurrency" else None,
+        request_rate=_trace_rate(trace) if trace is not None else rate,
+        burstiness=req.burstiness if mode == "rate" else None,
+        num_requests=len(inp),
+        input_tokens=_dist(inp),
+        output_tokens=_dist(out),
+        trace=trace.describe() if trace is not None else None,
+    )
+
+
+def _disaggregated(
+    req: Any, model: Any, split: Any, run: LoadRun, result: PredictResult
+) -> PredictResult:
+    """Predict's figures for the disaggregated replica; the aggregated ones (the same GPUs
+    as P + D replicas) go into the comparison."""
+    import numpy as np
+
+    from .disaggregation_eval import for_predict
+
+    o, disagg = for_predict(req, model, split, run)
+    tps = o.output_tokens_per_s
+    done = np.isfinite(o.e2e_ms)
+    rps = float(done.sum()) / (o.duration_ms / 1e3) if o.duration_ms > 0 else 0.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(o.output_tokens > 1, (o.e2e_ms - o.ttft_ms) / (o.output_tokens - 1), np.nan)
+    return result.model_copy(
+        update={
+            "ttft_ms": measured(percentiles(o.ttft_ms), "TTFT"),
+            "itl_ms": weighted_percentiles(o.itl_values, o.itl_weights),
+            "tpot_ms": percentiles(tpot),
+            "e2e_ms": measured(percentiles(o.e2e_ms), "end-to-end latency"),
+            "queue_ms": measured(percentiles(o.queue_ms), "queue time"),
+            "output_tokens_per_s": tps,
+            "requests_per_s": rps,
+            "total_tokens_per_s": tps + rps * float(run.inp.mean()),
+            "disaggregation": disagg,
+            "assumptions": [*result.assumptions, *disagg.notes],
+        }
+    )
+
+
+def _prefix_result(run: LoadRun, itl: Percentiles | None) -> PrefixCacheResult | None:
+    if run.prefix is None:
+        return None
+    from .prefix_cache import compare
+
+    ttft = percentiles(run.stats.ttft_ms)
+    return compare(
+        run.prefix,
+        run.inp,
+        ttft.p50 if ttft else 0.0,
+        run.stats.output_tokens_per_s,
+        run.stats_without_cache,
     )
 
 
@@ -527,7 +617,7 @@ def _predict_assumptions(req: PredictRequest, model: Any, mode: str, trace: Any)
         "calibrated efficiency factors listed under factors",
         "scheduler as vLLM V1: decodes first, then chunked prefill within max_num_batched_tokens; "
         "preemption by recompute of the newest request",
-        "no prefix-cache hits, no speculative decoding; server-side times (no network, tokenization)",
+        f"{_hits_phrase(req)}, no speculative decoding; server-side times (no network, tokenization)",
         *model.notes,
     ]
     if req.speculative_method is not None:
@@ -546,6 +636,15 @@ def _predict_assumptions(req: PredictRequest, model: Any, mode: str, trace: Any)
                 "output_tokens_p95 for a spread"
             )
     return assumptions
+
+
+def _hits_phrase(req: Any) -> str:
+    hit = getattr(req, "prefix_cache_hit_rate", None)
+    if not hit:
+        return "no prefix-cache hits"
+    return (
+        f"prefix-cache hits on {hit:.0%} of prompt tokens (prefill skipped, attention reads them)"
+    )
 
 
 def _model_max_len(dep: Deployment) -> int | None:

@@ -51,7 +51,14 @@ class TraceFields(BaseModel):
             if self.trace_format is not None or self.trace_time_scale != 1.0:
                 raise ValueError("trace_format and trace_time_scale need a trace")
             return self
-        for name in ("concurrency", "request_rate", "input_tokens_p95", "output_tokens_p95"):
+        clash = (
+            "concurrency",
+            "request_rate",
+            "input_tokens_p95",
+            "output_tokens_p95",
+            "disaggregate",
+        )
+        for name in clash:
             if getattr(self, name, None) is not None:
                 raise ValueError(f"a trace sets the load and the lengths: give trace or {name}")
         return self
@@ -88,16 +95,20 @@ def trace_arrays(trace: Trace) -> tuple[Any, Any, Any]:
     )
 
 
-def run_trace_load(req: Any, model: Any, n: int | None = None) -> tuple[Any, Any, Any, Any, Trace]:
-    """Simulate the trace (at most `n` or MAX_TRACE_SIM_REQUESTS of its requests)."""
+def run_trace_load(req: Any, model: Any, n: int | None = None) -> tuple[Any, Trace]:
+    """Simulate the trace (at most `n` or MAX_TRACE_SIM_REQUESTS of its requests), with the
+    request's prefix-cache hits when it gives a hit rate; a LoadRun as predict's."""
     from .batching_sim import load_stats, simulate
+    from .predict import LoadRun
+    from .prefix_cache import plan_hits
 
-    trace = read_trace(
-        req, min(n or req.num_requests or MAX_TRACE_SIM_REQUESTS, MAX_TRACE_SIM_REQUESTS)
-    )
+    limit = min(n or req.num_requests or MAX_TRACE_SIM_REQUESTS, MAX_TRACE_SIM_REQUESTS)
+    trace = read_trace(req, limit)
     inp, out, arrival_ms = trace_arrays(trace)
-    res = simulate(model, inp, out, arrival_ms=arrival_ms)
-    return res, load_stats(res), inp, out, trace
+    prefix = plan_hits(req, model, inp, out, None)
+    res = simulate(model, inp, out, arrival_ms=arrival_ms, cached=prefix and prefix.cached)
+    baseline = load_stats(simulate(model, inp, out, arrival_ms=arrival_ms)) if prefix else None
+    return LoadRun(res, load_stats(res), inp, out, prefix, baseline), trace
 
 
 def scaled_arrivals_ms(arrival_ms: Any, trace_rate: float, rate: float) -> Any:

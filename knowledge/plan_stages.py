@@ -8,6 +8,7 @@ from typing import Any
 from inferwise.knowledge.commands import concretize
 from inferwise.knowledge.diagnosis import Hypothesis
 from inferwise.knowledge.evidence import Analysis
+from inferwise.knowledge.plan_levers import lever_lines
 from inferwise.knowledge.plan_parts import (
     Candidate,
     Stage,
@@ -121,7 +122,7 @@ def _playbook_stage(a: Analysis, pb: Any, hyp: str, url: str, engine: str) -> St
         + (f" Note: {knobs[0].note}" if knobs and knobs[0].note else ""),
         measure=measure,
         decisive_metric=str(guide.get("decisive", "")),
-        expected_tradeoffs=[*_effects(pb), *pb.risks],
+        expected_tradeoffs=[*lever_lines(a, pb.id), *_effects(pb), *pb.risks],
         acceptance=[
             f"{_slo_line(a)}, compared with the baseline run (`inferwise runs compare BASELINE_RUN NEW_RUN`: the change must exceed run-to-run noise).",
             *pb.acceptance,

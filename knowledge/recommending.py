@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from inferwise.calculators.bounds import PERCENTILE_KEYS
 from inferwise.calculators.errors import InputError
+from inferwise.calculators.spec_decode import SpecMethod
 from inferwise.knowledge.diagnosis import WORKLOAD_HELP
 from inferwise.knowledge.workload import Workload
 
@@ -97,6 +98,20 @@ class RecommendRequest(BaseModel):
         default="cost", description="How candidates are ranked (all meeting the SLO first)."
     )
     top: int = Field(default=5, ge=1, le=50, description="Candidates to list.")
+    speculative_method: SpecMethod | None = Field(
+        default=None,
+        description="Drafter to try on the recommended fleet (default eagle3 with its published "
+        "chat acceptance).",
+    )
+    spec_acceptance_length: float | None = Field(
+        default=None,
+        ge=1.0,
+        le=17.0,
+        description="Measured tokens per verify step at num_speculative_tokens, bonus included.",
+    )
+    num_speculative_tokens: int | None = Field(
+        default=None, ge=1, le=16, description="K the acceptance was measured at (default 3)."
+    )
     min_replicas: int | None = Field(default=None, ge=0, le=10_000)
     scale_to_zero: bool | None = Field(default=None, description="Autoscale down to no replica.")
     cold_start_s: float | None = Field(
@@ -308,6 +323,9 @@ def search_spec(req: RecommendRequest) -> Any:
     }
     if req.quality_margin is not None:
         fields["quality_margin"] = req.quality_margin
+    fields["speculative_method"] = req.speculative_method
+    fields["spec_acceptance_length"] = req.spec_acceptance_length
+    fields["num_speculative_tokens"] = req.num_speculative_tokens
     if fields["availability"] is not None and fields["availability"] >= 1:
         raise InputError("availability", "must be below 1 (e.g. 0.999)")
     try:

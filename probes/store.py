@@ -152,6 +152,9 @@ def _creation_lock(path: Path) -> Iterator[None]:
     except ImportError:
         yield
         return
+    if str(path) == ":memory:":  # SQLite's private in-memory database: nothing to share
+        yield
+        return
     lock_path = path.with_name(path.name + ".lock")
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)

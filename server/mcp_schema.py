@@ -70,28 +70,33 @@ def shared_fields() -> frozenset[str]:
     return frozenset(Deployment.model_fields)
 
 
-SPEC_OWNER = "predict_performance"
-"""The tool whose description spells out the speculative-decoding fields predict and budget share."""
+LEVER_OWNER = "predict_performance"
+"""The tool whose description spells out the what-if lever fields predict and budget share."""
 
 
-def speculative_fields() -> frozenset[str]:
-    """The speculative-decoding flags (calculators.spec_decode.SpeculativeFields): described
-    once, under :data:`SPEC_OWNER`."""
+def lever_fields() -> frozenset[str]:
+    """The serving levers' flags (speculative decoding, prefix caching, disaggregation):
+    described once, in words, under :data:`LEVER_OWNER`."""
+    from inferwise.calculators.disaggregation import DisaggregationFields
+    from inferwise.calculators.prefix_cache import PrefixCacheFields
     from inferwise.calculators.spec_decode import SpeculativeFields
 
-    return frozenset(SpeculativeFields.model_fields)
+    return frozenset(
+        [*SpeculativeFields.model_fields, *PrefixCacheFields.model_fields]
+        + [*DisaggregationFields.model_fields]
+    )
 
 
 def compact_tool(tool: dict[str, Any], shared: frozenset[str] = frozenset()) -> dict[str, Any]:
     """One listed tool (a ``Tool`` dumped by alias) with its schemas made compact; the
     ``shared`` fields lose their descriptions and bounds outside :data:`SHARED_OWNER`; the
-    speculative-decoding ones are named in the description (:func:`_listed_once`)."""
+    lever ones and the trace options are named in the description (:func:`_listed_once`)."""
     out = dict(tool)
     if isinstance(out.get("inputSchema"), dict):
         out["inputSchema"] = compact_input(out["inputSchema"])
         if out["name"] != SHARED_OWNER:
             _undescribe(out["inputSchema"], shared, out)
-        _listed_once(out["inputSchema"], speculative_fields(), out)
+        _listed_once(out["inputSchema"], lever_fields(), out)
         _listed_once(out["inputSchema"], TRACE_OPTIONS, out, TRACE_OWNER, TRACE_SUMMARY, None)
     if isinstance(out.get("outputSchema"), dict):
         out["outputSchema"] = summary_output(
@@ -118,26 +123,29 @@ def _undescribe(schema: dict[str, Any], shared: frozenset[str], tool: dict[str, 
         )
 
 
-SPEC_SUMMARY = (
-    " Speculative decoding what-if: speculative_method (ngram, eagle, eagle3, mtp, draft_model), "
-    "num_speculative_tokens (K, 1-16), spec_acceptance_length (tokens per verify step at K) or "
-    "spec_acceptance_rate (per token), draft_model."
+LEVER_SUMMARY = (
+    " What-if levers. Speculative decoding: speculative_method (ngram, eagle, eagle3, mtp, "
+    "draft_model), num_speculative_tokens (K, 1-16), spec_acceptance_length (tokens per verify "
+    "step at K) or spec_acceptance_rate (per token), draft_model. Prefix caching: "
+    "prefix_cache_hit_rate (0-1, share of prompt tokens cached), prefix_cache_distinct_prefixes. "
+    "Disaggregation (predict only): disaggregate ('P:D' workers), kv_transfer_gbps (Gbit/s per "
+    "worker), kv_transfer_latency_ms."
 )
-"""The speculative fields in words: cheaper in the listing than five described properties."""
+"""The lever fields in words: cheaper in the listing than ten described properties."""
 
 
 def _listed_once(
     schema: dict[str, Any],
     fields: frozenset[str],
     tool: dict[str, Any],
-    owner: str = SPEC_OWNER,
-    summary: str = SPEC_SUMMARY,
-    elsewhere: str | None = "speculative-decoding fields",
+    owner: str = LEVER_OWNER,
+    summary: str = LEVER_SUMMARY,
+    elsewhere: str | None = "what-if lever fields",
 ) -> None:
-    """A group of fields (the speculative ones, the trace replay's options): left out of
-    the listed properties and named in the tool description, in full under `owner`. The
-    listed input schemas do not forbid other keys, and the server validates arguments
-    with the full model (bounds included)."""
+    """A group of fields (the what-if levers, the trace replay's options): left out of the
+    listed properties and named in the tool description, in full under `owner`. The listed
+    input schemas do not forbid other keys, and the server validates arguments with the
+    full model (bounds included)."""
     props = schema.get("properties", {})
     named = [n for n in props if n in fields]
     for name in named:

@@ -13,10 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("calculators", "probes", "knowledge", "server")
-LONG_ALLOWED = {
-    "calculators/batching_sim.py:simulate": "the simulator's step loop: one cohesive hot loop "
-    "whose state lives in locals; split, it ran measurably slower",
-}
+LONG_ALLOWED: dict[str, str] = {}
 
 
 def _functions() -> list[tuple[str, int, int]]:

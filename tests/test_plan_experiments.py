@@ -472,3 +472,22 @@ def test_sizing_never_turns_no_rate_meets_the_slo_into_a_replica_count():
     assert any("no candidate meets the SLO" in x for x in p.stages[0].acceptance)
     md = render("plan.md.j2", p)
     assert "| none |" in md and "| 0.00 |" not in md
+
+
+def _predicted_lines(scenario: str) -> dict[str, list[str]]:
+    path = Path(__file__).parent / "scenarios" / scenario
+    data = json.loads(path.read_text())
+    plan = plan_experiments(PlanRequest(workload=data.get("workload", data)))
+    return {
+        st.playbook or st.title: [t for t in st.expected_tradeoffs if t.startswith("Predicted")]
+        for st in plan.stages
+    }
+
+
+def test_lever_stages_say_what_predict_expects_them_to_buy():
+    """Issue 15: a lever stage carries the predicted effect at the workload's own load."""
+    restructure = _predicted_lines("11_prefix_cache_miss.json")["prompt_restructuring"]
+    assert len(restructure) == 1 and "4% -> 70%" in restructure[0]
+    assert "--prefix-cache-hit-rate 0.7" in restructure[0]
+    disagg = _predicted_lines("03_prefill_interference.json")["pd_disaggregation"]
+    assert len(disagg) == 1 and "--disaggregate 1:1" in disagg[0] and "ITL p95" in disagg[0]

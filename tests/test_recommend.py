@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -472,3 +473,46 @@ def test_review_findings_stay_fixed():
     assert not any("at load time" in n for n in fp8.notes)
     with pytest.raises(Exception, match="finite"):
         RecommendRequest(**{**BASE, "quality_floor_score": float("nan")})
+
+
+def test_a_shared_prompt_prefix_is_priced_in_as_prefix_cache_hits():
+    """Issue 15: the workload's shared_prefix_fraction is the prefix-cache hit rate the
+    search budgets with: long shared prompts need fewer replicas than the same unshared."""
+
+    def workload(shared: float | None) -> dict:
+        traffic = {
+            "arrival_rate_rps": 6,
+            "input_tokens": {"p50": 6000, "p95": 8000},
+            "output_tokens": {"p50": 150, "p95": 300},
+        }
+        if shared is not None:
+            traffic["shared_prefix_fraction"] = shared
+        return {
+            "traffic": traffic,
+            "slo": {"ttft_ms": {"p95": 800}, "itl_ms": {"p95": 80}},
+            "constraints": {"gpus": ["h100-sxm-80gb"]},
+            "deployment": {"model": MODEL_8B},
+        }
+
+    plain = recommend_deployment(RecommendRequest(workload=workload(None)))
+    shared = recommend_deployment(RecommendRequest(workload=workload(0.8)))
+    assert shared.recommended.total_gpus < plain.recommended.total_gpus
+    assert any("priced in as the prefix-cache hit rate" in a for a in shared.assumptions)
+
+
+def test_the_levers_are_tried_on_the_recommended_fleet(chat):
+    """Issue 15: speculative decoding, prefix caching and (for two or more replicas)
+    disaggregation, each with a verdict that follows its numbers."""
+    levers = {lv.lever: lv for lv in chat.levers}
+    assert {"speculative_decoding", "prefix_caching"} <= set(levers)
+    assert ("disaggregation" in levers) == (chat.recommended.replicas >= 2)
+    spec = levers["speculative_decoding"]
+    speedups = [float(x) for x in re.findall(r"x(\d+\.\d+)", spec.effect)]
+    assert spec.worth_it == all(s >= 1.05 for s in speedups[:2])
+    assert not levers["prefix_caching"].worth_it  # BASE states no shared prefix
+
+
+def test_an_acceptance_of_one_token_per_step_is_not_worth_a_drafter():
+    r = _run(spec_acceptance_length=1.0, gpus=["h100-sxm-80gb"])
+    spec = next(lv for lv in r.levers if lv.lever == "speculative_decoding")
+    assert not spec.worth_it and "not worth it" in spec.effect

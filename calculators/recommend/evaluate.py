@@ -65,6 +65,7 @@ def budget_request(s: Screened, spec: SearchSpec, rate: float) -> Any:
         output_tokens_p95=spec.output_tokens.p95,
         request_rate=rate,
         network_rtt_ms=spec.network_rtt_ms,
+        prefix_cache_hit_rate=spec.shared_prefix_fraction,
     )
 
 
@@ -118,6 +119,7 @@ def _evaluate_offline(s: Screened, spec: SearchSpec) -> Evaluated:
             output_tokens=spec.output_tokens.p50,
             output_tokens_p95=spec.output_tokens.p95,
             request_rate=spec.peak_rate_per_s / replicas,
+            prefix_cache_hit_rate=spec.shared_prefix_fraction,
         )
     )
     return Evaluated(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from .levers import LeverVerdict
+
 
 class Tail(BaseModel):
     """A latency distribution at the design load, ms."""
@@ -172,6 +174,11 @@ class RecommendResult(BaseModel):
         description="When nothing is feasible: the nearest changes that would make something work."
     )
     mixed_traffic: MixedTraffic | None = None
+    levers: list[LeverVerdict] = Field(
+        default_factory=list,
+        description="Speculative decoding, prefix caching and disaggregation tried on the "
+        "recommended fleet: worth it or not, by how much.",
+    )
     searched: Searched
     prices: list[PriceUsed]
     objective: str

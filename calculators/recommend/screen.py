@@ -168,7 +168,8 @@ class Screen:
         fixed_ms = spec.network_rtt_ms + _template_ms()  # what the budget adds before prefill
         for key, target in spec.slo_ttft_ms.items():
             prompt = int(spec.input_tokens.quantile(key))
-            idle = fixed_ms + model.prefill_ms(prompt)
+            cached = int(prompt * (spec.shared_prefix_fraction or 0.0))
+            idle = fixed_ms + model.prefill_ms(max(1, prompt - cached), cached)
             if idle > target * IDLE_MARGIN:
                 return f"TTFT {key}", f"{idle:,.0f} ms > {target:,.0f} ms"
         if spec.slo_itl_ms:
@@ -207,7 +208,8 @@ def _saturation(model: Any, spec: SearchSpec, window: int) -> float:
     from ..predict import saturation_point, workload_arrays
 
     inp, out = workload_arrays(_length_request(spec), 256, window)
-    return saturation_point(model, float(inp.mean()), float(out.mean())).max_requests_per_s
+    hits = spec.shared_prefix_fraction or 0.0
+    return saturation_point(model, float(inp.mean()), float(out.mean()), hits).max_requests_per_s
 
 
 @dataclass(frozen=True)

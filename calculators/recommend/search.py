@@ -506,6 +506,7 @@ def recommend(spec: SearchSpec) -> RecommendResult:
         rejected=_rejected(tally),
         nearest=[] if feasible else _nearest(spec, cands, tally),
         mixed_traffic=mixed,
+        levers=_levers(online, allowed[0], warnings) if feasible else [],
         searched=Searched(
             configurations=len(configs),
             fitted=screen.fits,
@@ -519,6 +520,21 @@ def recommend(spec: SearchSpec) -> RecommendResult:
         assumptions=_assumptions(spec),
         warnings=warnings,
     )
+
+
+def _levers(
+    online: SearchSpec, best: tuple[Candidate, Evaluated], warnings: list[str]
+) -> list[Any]:
+    """The levers tried on the recommended fleet; when they cannot be modelled for it the
+    recommendation stands and a warning says why."""
+    from ..errors import InputError, OperationalError
+    from .levers import lever_verdicts
+
+    try:
+        return lever_verdicts(online, best[0], best[1].screened.config)
+    except (InputError, OperationalError, ValueError) as exc:
+        warnings.append(f"the serving levers were not evaluated on the recommended fleet: {exc}")
+        return []
 
 
 def _best_per_layout(
@@ -705,8 +721,9 @@ def _assumptions(spec: SearchSpec) -> list[str]:
         out.append("no latency targets: replicas loaded to 85 % of their saturation rate")
     if spec.shared_prefix_fraction:
         out.append(
-            f"traffic.shared_prefix_fraction {spec.shared_prefix_fraction:g} is not priced in: "
-            "prefill as if no prefix cache hit (conservative); measure the hit rate"
+            f"traffic.shared_prefix_fraction {spec.shared_prefix_fraction:g} is priced in as the "
+            "prefix-cache hit rate (one shared prefix, prefill charged for the missed tokens; "
+            "vLLM and SGLang cache prefixes by default): check vllm:prefix_cache_hits / queries"
         )
     if spec.batch_share:
         out.append(

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..bounds import check_rate, check_slo_targets
+from ..spec_decode import SpecMethod
 
 Objective = Literal["cost", "latency", "throughput_per_gpu"]
 Mode = Literal["online", "offline", "mixed"]
@@ -124,6 +125,9 @@ class SearchSpec(BaseModel):
     quality_margin: float = Field(default=DEFAULT_QUALITY_MARGIN, ge=0, le=1)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
     network_rtt_ms: float = Field(default=40.0, ge=0, le=60_000)
+    speculative_method: SpecMethod | None = None
+    spec_acceptance_length: float | None = Field(default=None, ge=1.0, le=17.0)
+    num_speculative_tokens: int | None = Field(default=None, ge=1, le=16)
 
     @field_validator("mean_rate_per_s")
     @classmethod
