@@ -49,6 +49,7 @@ from .bounds import (
     check_slo_targets,
 )
 from .deployment import Deployment
+from .disaggregation import DisaggregationFields, parse_split
 from .errors import InputError
 from .predict import MAX_REQUESTS, Percentiles, check_p95_lengths, measured
 from .prefix_cache import PrefixCacheFields, plan_hits
@@ -129,7 +130,9 @@ def _slo_field(metric: str) -> Any:
     )
 
 
-class BudgetRequest(TraceFields, PrefixCacheFields, SpeculativeFields, Deployment):
+class BudgetRequest(
+    TraceFields, DisaggregationFields, PrefixCacheFields, SpeculativeFields, Deployment
+):
     """SLO targets, the workload and the deployment to budget."""
 
     model_config = ConfigDict(extra="forbid")
@@ -413,6 +416,9 @@ def _simulate(
             conc, mean_in + mean_out / 2
         )
     prefix = plan_hits(wl.req, model, inp, out, conc)
+    split = parse_split(wl.req)
+    if split is not None:
+        return _simulate_disaggregated(model, wl.req, split, (inp, out, prefix), conc, rate)
     return simulate_load(
         model,
         inp,
@@ -424,6 +430,29 @@ def _simulate(
         stagger_ms=service,
         cached=prefix and prefix.cached,
     )
+
+
+def _simulate_disaggregated(
+    model: Any,
+    req: Any,
+    split: Any,
+    arrays: tuple[Any, Any, Any],
+    conc: int | None,
+    rate: float | None,
+) -> Any:
+    """The budget's load on one P:D replica, as (result, stats) of the aggregated kind; a
+    closed loop's rate comes from Little's law, so its stats are the wall-clock ones."""
+    from . import disaggregation as dg
+    from .batching_sim import load_stats
+    from .disaggregation_eval import DesignLoad
+
+    inp, out, prefix = arrays
+    load = DesignLoad(conc, rate, req.burstiness, req.seed)
+    outcome = dg.run_load(
+        model, split, dg.link_of(req, model, split), inp, out, load, prefix and prefix.cached
+    )
+    res = dg.as_sim_result(outcome, inp, out)
+    return res, load_stats(res)
 
 
 class _Costs:
@@ -796,6 +825,11 @@ def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetRe
     mean_in, mean_out = (float(a.mean()) for a in arrays)
     hits = plan_hits(req, model, *arrays, conc)
     sat = saturation_point(model, mean_in, mean_out, hits.effective_hit_rate if hits else 0.0)
+    split = parse_split(req)
+    if split is not None:
+        from .disaggregation import capacity_per_s
+
+        sat.max_requests_per_s = capacity_per_s(model, split, mean_in, mean_out)
     max_rate, max_conc = (
         _load_that_fits(req, model, wl, costs, conc, sat.max_requests_per_s)
         if find_max_rate
@@ -870,7 +904,19 @@ def _assumptions(req: BudgetRequest, model: Any, wl: _Workload) -> list[str]:
         ),
         "engine stages simulated as in `inferwise predict` (same step model and calibrated factors)",
         *_prefix_assumption(req),
+        *_disaggregation_assumption(req),
         *model.notes,
+    ]
+
+
+def _disaggregation_assumption(req: BudgetRequest) -> list[str]:
+    split = parse_split(req)
+    if split is None:
+        return []
+    return [
+        f"one replica = {split.prefill} prefill + {split.decode} decode workers ({split.gpus} GPUs), "
+        "the KV transfer between them on the link given (`inferwise predict --disaggregate` "
+        "compares it with aggregated replicas); rates and replicas are per P:D replica"
     ]
 
 

@@ -323,3 +323,43 @@ def _closed_loop(
         rate = math.sqrt(rate * implied)  # damped: the queue's response is steep
     assert outcome is not None
     return outcome
+
+
+def as_sim_result(o: Outcome, inp: Any, out: Any) -> Any:
+    """The disaggregated outcome in the simulation's own result type, so the budget's
+    client-side arithmetic reads it as it reads an aggregated run (engine counters that
+    belong to one engine are zero)."""
+    import numpy as np
+
+    from .batching_sim import SimResult
+
+    out = np.maximum(np.asarray(out, dtype=np.int64), 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out > 1, (o.e2e_ms - o.ttft_ms) / (out - 1), np.nan)
+    return SimResult(
+        arrival_ms=o.arrival_ms,
+        queue_ms=o.queue_ms,
+        ttft_ms=o.ttft_ms,
+        e2e_ms=o.e2e_ms,
+        tpot_ms=tpot,
+        itl_values=o.itl_values,
+        itl_weights=o.itl_weights,
+        input_tokens=np.asarray(inp, dtype=np.int64),
+        output_tokens=out,
+        completed=int(np.isfinite(o.e2e_ms).sum()),
+        rejected=int((~np.isfinite(o.e2e_ms)).sum()),
+        duration_ms=o.duration_ms,
+        steps=0,
+        preemptions=0,
+        mean_decode_batch=0.0,
+        max_running=0,
+        peak_kv_tokens=0,
+    )
+
+
+def capacity_per_s(model: Any, split: Split, mean_in: float, mean_out: float) -> float:
+    """Requests/s the replica sustains: the slower of its two pools."""
+    from .disaggregation_eval import capacities
+
+    prefill_rps, decode_rps = capacities(model, mean_in, mean_out)
+    return min(split.prefill * prefill_rps, split.decode * decode_rps)

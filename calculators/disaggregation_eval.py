@@ -70,7 +70,7 @@ def evaluate(
     outcome = run_load(model, split, link, inp, out, load, cached)
     agg = aggregated(1.0)
     rate = _completed_per_s(outcome)
-    caps = _capacities(model, float(np.mean(inp)), float(np.mean(out)))
+    caps = capacities(model, float(np.mean(inp)), float(np.mean(out)))
     scan = _scan(req, model, split, link, arrays, aggregated)
     gain, ttft_ratio = _gain(outcome, agg)
     transfer = outcome.transfer_ms[np.isfinite(outcome.transfer_ms)]
@@ -110,7 +110,7 @@ def _completed_per_s(o: Outcome) -> float:
     return done / (o.duration_ms / 1e3) if o.duration_ms > 0 else 0.0
 
 
-def _capacities(model: Any, mean_in: float, mean_out: float) -> tuple[float, float]:
+def capacities(model: Any, mean_in: float, mean_out: float) -> tuple[float, float]:
     """Requests/s one worker sustains: a prefill worker packing prompts into full chunks,
     a decode worker at the batch its KV cache and max_num_seqs allow."""
     per_step = max(1, int(model.max_num_batched_tokens // max(1.0, mean_in)))

@@ -419,7 +419,8 @@ def predict_performance(req: PredictRequest) -> PredictResult:
 
     model = StepModel.from_deployment(req)
     split = parse_split(req)
-    run, trace = _simulated(req, model, split)
+    run_req = aggregated_share(req, split) if split else req
+    run, trace = _simulated(req, run_req, model)
     res, stats, inp, out = run.res, run.stats, run.inp, run.out
     mean_in, mean_out = float(inp.mean()), float(out.mean())
     bound, shares, dec = bound_of(model, res, mean_in, mean_out)
@@ -427,7 +428,7 @@ def predict_performance(req: PredictRequest) -> PredictResult:
         model, mean_in, mean_out, run.prefix.effective_hit_rate if run.prefix else 0
     )
     mode = "trace" if trace is not None else _load_mode(req)
-    warnings = _sim_warnings(req, model, res, sat, mode, len(inp), trace)
+    warnings = _sim_warnings(run_req, model, res, sat, mode, len(inp), trace)
     itl = weighted_percentiles(stats.itl_values, stats.itl_weights)
     from .spec_decode import at_load
 
@@ -483,12 +484,12 @@ def predict_performance(req: PredictRequest) -> PredictResult:
     return _disaggregated(req, model, split, run, result) if split else result
 
 
-def _simulated(req: PredictRequest, model: Any, split: Any) -> tuple[LoadRun, Any]:
+def _simulated(req: PredictRequest, run_req: Any, model: Any) -> tuple[LoadRun, Any]:
     """The simulated load and, for a trace, the trace: its own arrivals and lengths (each
     row checked against the context as it is read), else the asked load shape."""
     if req.trace is None:
         check_lengths(req)
-        return run_load(aggregated_share(req, split) if split else req, model), None
+        return run_load(run_req, model), None
     from .trace_load import run_trace_load
 
     return run_trace_load(req, model)

@@ -128,7 +128,7 @@ LEVER_SUMMARY = (
     "draft_model), num_speculative_tokens (K, 1-16), spec_acceptance_length (tokens per verify "
     "step at K) or spec_acceptance_rate (per token), draft_model. Prefix caching: "
     "prefix_cache_hit_rate (0-1, share of prompt tokens cached), prefix_cache_distinct_prefixes. "
-    "Disaggregation (predict only): disaggregate ('P:D' workers), kv_transfer_gbps (Gbit/s per "
+    "Disaggregation: disaggregate ('P:D' workers), kv_transfer_gbps (Gbit/s per "
     "worker), kv_transfer_latency_ms."
 )
 """The lever fields in words: cheaper in the listing than ten described properties."""

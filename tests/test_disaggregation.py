@@ -103,3 +103,25 @@ def test_disaggregation_does_not_raise_throughput_on_the_same_gpus():
     apart); at a saturating load the two pools carry no more than the aggregated replicas."""
     r = predict_performance(PredictRequest(**L8, **LONG, request_rate=20, disaggregate="1:1"))
     assert r.output_tokens_per_s <= 1.05 * r.disaggregation.aggregated.output_tokens_per_s
+
+
+def test_budget_sizes_a_p_d_replica_under_a_tight_itl_target():
+    """DistServe's point: under a tight ITL target a P:D pair carries more per GPU than two
+    aggregated replicas whose decodes share steps with long prefills."""
+    from inferwise.calculators.budget import BudgetRequest, decompose_budget
+
+    base = {**L8, **LONG, "request_rate": 4.0}
+    base.update(slo_ttft_ms={"p95": 2000}, slo_itl_ms={"p95": 40})
+    plain = decompose_budget(BudgetRequest(**base))
+    pair = decompose_budget(BudgetRequest(**base, disaggregate="1:1"))
+    assert pair.max_rate_under_slo / 2 > plain.max_rate_under_slo
+    assert any("1 prefill + 1 decode workers" in a for a in pair.assumptions)
+
+
+def test_a_split_over_the_gpu_limit_is_exit_2_naming_the_flag():
+    cmd = [sys.executable, "-m", "inferwise.server", "predict", "--model", L8["model"]]
+    cmd += ["--gpu", L8["gpu"], "--disaggregate", "64:64", "--tensor-parallel-size", "8"]
+    cmd += ["--pipeline-parallel-size", "4"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert "--disaggregate" in p.stderr and "4096 GPUs" in p.stderr

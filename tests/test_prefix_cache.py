@@ -7,30 +7,15 @@ import subprocess
 import sys
 
 import pytest
+from step_models import toy_8b
 
 from inferwise.calculators.batching_sim import KvCached, simulate
 from inferwise.calculators.budget import BudgetRequest, decompose_budget
 from inferwise.calculators.predict import PredictRequest, predict_performance
-from inferwise.calculators.roofline import Efficiency, Hardware, StepModel, dense_shape
 
-H100 = Hardware("h100", 989.5, 3350, "nvlink", 450)
-EFF = Efficiency(0.5, 0.8, 1.5, 0.01, 10.0, 0.7)
 L8 = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
 
-
-def model(**kw) -> StepModel:
-    shape = dense_shape(
-        "llama-8b",
-        8.03e9,
-        num_layers=32,
-        hidden_size=4096,
-        num_heads=32,
-        head_dim=128,
-        num_kv_heads=8,
-        vocab_size=128_256,
-    )
-    kw.setdefault("kv_capacity_tokens", 400_000)
-    return StepModel(shape, H100, EFF, **kw)
+model = toy_8b
 
 
 def test_a_hit_prefills_only_the_missed_tokens_but_attends_to_the_whole_prompt():

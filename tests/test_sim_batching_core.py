@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from step_models import toy_8b
 
 from inferwise.calculators.batching_sim import (
     load_stats,
@@ -14,27 +15,8 @@ from inferwise.calculators.batching_sim import (
     simulate,
     weighted_summary,
 )
-from inferwise.calculators.roofline import Efficiency, Hardware, StepModel, dense_shape
 
-H100 = Hardware("h100", 989.5, 3350, "nvlink", 450)
-EFF = Efficiency(0.5, 0.8, 1.5, 0.01, 10.0, 0.7)
-
-
-def model(**kw) -> StepModel:
-    shape = dense_shape(
-        "llama-8b",
-        8.03e9,
-        num_layers=32,
-        hidden_size=4096,
-        num_heads=32,
-        head_dim=128,
-        num_kv_heads=8,
-        vocab_size=128_256,
-    )
-    kw.setdefault("kv_capacity_tokens", 400_000)
-    kw.setdefault("max_num_seqs", 256)
-    kw.setdefault("max_num_batched_tokens", 8192)
-    return StepModel(shape, H100, EFF, **kw)
+model = toy_8b
 
 
 def test_single_request_ttft_is_its_prefill_and_e2e_adds_each_decode_step():
