@@ -55,6 +55,7 @@ from .intervals import PredictIntervals
 from .predict import MAX_REQUESTS, Percentiles, check_p95_lengths, measured
 from .prefix_cache import PrefixCacheFields, plan_hits
 from .spec_decode import SpeculativeFields, SpeculativeResult
+from .trace_load import TraceFields
 
 Stage = Literal["queue", "network", "preprocessing", "prefill", "decode", "postprocessing"]
 STAGES: tuple[Stage, ...] = (
@@ -130,7 +131,9 @@ def _slo_field(metric: str) -> Any:
     )
 
 
-class BudgetRequest(DisaggregationFields, PrefixCacheFields, SpeculativeFields, Deployment):
+class BudgetRequest(
+    TraceFields, DisaggregationFields, PrefixCacheFields, SpeculativeFields, Deployment
+):
     """SLO targets, the workload and the deployment to budget."""
 
     model_config = ConfigDict(extra="forbid")
@@ -360,6 +363,18 @@ class _Workload:
 
     def __init__(self, req: BudgetRequest):
         self.req = req
+        self.trace: Any = None
+        if req.trace is not None:  # the trace's own lengths and arrival shape
+            from .trace_load import (
+                BUDGET_TRACE_REQUESTS,
+                read_trace,
+                trace_arrays,
+                trace_rate_per_s,
+            )
+
+            self.trace = read_trace(req, BUDGET_TRACE_REQUESTS)
+            self.trace_inp, self.trace_out, self.trace_arrival_ms = trace_arrays(self.trace)
+            self.trace_rate = trace_rate_per_s(self.trace)
         self.steps = [s for s in (req.agent_steps or []) if s.kind == "llm"]
         # engine requests per client request: one, or a task's LLM calls with their retries
         self.calls_per_task = (
@@ -371,6 +386,8 @@ class _Workload:
 
         from .predict import workload_arrays
 
+        if self.trace is not None:
+            return self.trace_inp, self.trace_out
         if not self.steps:
             return workload_arrays(self.req, n, self.req.max_model_len)
         weights = np.array([1.0 / (1.0 - s.retry_probability) for s in self.steps])
@@ -384,9 +401,17 @@ class _Workload:
 def _simulate(
     model: Any, wl: _Workload, rate: float | None, conc: int | None, n: int, seed: int, burst: float
 ) -> Any:
-    from .batching_sim import simulate_load
+    from .batching_sim import load_stats, simulate, simulate_load
 
     inp, out = wl.arrays(n)
+    if wl.trace is not None and rate is not None:
+        from .trace_load import scaled_arrivals_ms
+
+        # the trace's arrival pattern, played at `rate` (its own mean rate x the speed-up)
+        arrivals = scaled_arrivals_ms(wl.trace_arrival_ms, wl.trace_rate, rate)
+        hits = plan_hits(wl.req, model, inp, out, None)
+        res = simulate(model, inp, out, arrival_ms=arrivals, cached=hits and hits.cached)
+        return res, load_stats(res)
     service = 0.0
     if conc is not None:
         # Users are independent: spread their first requests over one request's
@@ -749,7 +774,9 @@ def _check_request(req: BudgetRequest) -> None:
                 "slo_ttft_ms",
                 f"{key} target {ttft:g} ms is above the end-to-end target {req.slo_e2e_ms[key]:g} ms at the same percentile",
             )
-    if req.request_rate is None and req.concurrency is None:
+    if req.trace is not None and req.agent_steps:
+        raise InputError("trace", "a trace replays single requests: give trace or agent_steps")
+    if req.request_rate is None and req.concurrency is None and req.trace is None:
         raise InputError(
             "request_rate",
             "give the arrival rate (requests/s) or a concurrency",
@@ -800,7 +827,7 @@ def _decompose(req: BudgetRequest, find_max_rate: bool) -> BudgetResult:
 
     _check_request(req)
     model = StepModel.from_deployment(req)
-    if not req.agent_steps:
+    if not req.agent_steps and req.trace is None:
         from .predict import check_lengths
 
         check_lengths(req)
@@ -827,8 +854,9 @@ def _decompose(req: BudgetRequest, find_max_rate: bool) -> BudgetResult:
         else (None, None)
     )
     replicas = None
-    if req.request_rate is not None and max_rate:
-        replicas = max(1, math.ceil(req.request_rate * req.peak_to_mean / max_rate - 1e-9))
+    offered = wl.trace_rate if wl.trace is not None else req.request_rate
+    if offered is not None and max_rate:
+        replicas = max(1, math.ceil(offered * req.peak_to_mean / max_rate - 1e-9))
     if max_rate == 0.0 or max_conc == 0:
         warnings.append(f"no load meets every target: {NO_LOAD_MEETS}")
     itl = weighted_percentiles(m["itl_values"], m["itl_weights"])
@@ -861,22 +889,32 @@ def _decompose(req: BudgetRequest, find_max_rate: bool) -> BudgetResult:
         speculative=spec,
         task=task,
         suggestions=_budget_suggestions(req, binding, replicas, task),
-        assumptions=_assumptions(req, model),
+        assumptions=_assumptions(req, model, wl),
         warnings=warnings,
     )
 
 
-def _assumptions(req: BudgetRequest, model: Any) -> list[str]:
+def _assumptions(req: BudgetRequest, model: Any, wl: _Workload) -> list[str]:
     post = (
         "detokenization overlaps streaming"
         if req.streaming
         else f"detokenization at {req.detokenization_tokens_per_s:,.0f} tokens/s"
     )
+    traced = []
+    if wl.trace is not None:
+        from .trace_load import BUDGET_TRACE_REQUESTS, trace_note
+
+        traced = [
+            trace_note(wl.trace, BUDGET_TRACE_REQUESTS),
+            "max_rate_under_slo: the trace's arrival pattern replayed faster or slower (every "
+            "gap scaled alike) until a target fails",
+        ]
     return [
+        *traced,
         f"network: one round trip of {req.network_rtt_ms:g} ms per request",
         f"preprocessing: {req.template_ms:g} ms template + tokenization at {req.tokenization_tokens_per_s:,.0f} tokens/s",
         f"postprocessing: {post}, guardrails {req.guardrails_ms:g} ms, tool parsing {req.tool_parsing_ms:g} ms",
-        f"design load = {'request_rate' if req.request_rate else 'concurrency'} x peak_to_mean ({req.peak_to_mean:g})",
+        f"design load = {'the trace' if wl.trace is not None else 'request_rate' if req.request_rate else 'concurrency'} x peak_to_mean ({req.peak_to_mean:g})",
         *(
             ["concurrency: independent users, first requests spread over one service time"]
             if req.concurrency
@@ -933,6 +971,8 @@ def _prefix_assumption(req: BudgetRequest) -> list[str]:
 
 def _design_load(req: BudgetRequest, wl: _Workload) -> tuple[float | None, int | None]:
     """(LLM-call rate, concurrency) at the peak: exactly one of them is set."""
+    if wl.trace is not None:
+        return wl.trace_rate * req.peak_to_mean, None
     if req.request_rate is not None:
         return req.request_rate * req.peak_to_mean * wl.calls_per_task, None
     return None, max(1, math.ceil((req.concurrency or 1) * req.peak_to_mean))

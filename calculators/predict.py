@@ -30,13 +30,16 @@ from .errors import InputError, OperationalError
 from .intervals import PredictIntervals
 from .prefix_cache import PrefixCacheFields, PrefixCacheResult, PrefixPlan
 from .spec_decode import SpeculativeFields, SpeculativeResult
+from .trace_load import TraceFields
 
 Bound = Literal["compute", "memory-bandwidth", "communication", "overhead"]
 PERCENTILES = (50, 90, 95, 99)
 MAX_REQUESTS = 4000
 
 
-class PredictRequest(DisaggregationFields, PrefixCacheFields, SpeculativeFields, Deployment):
+class PredictRequest(
+    TraceFields, DisaggregationFields, PrefixCacheFields, SpeculativeFields, Deployment
+):
     """A deployment and the load to predict it under."""
 
     model_config = ConfigDict(extra="forbid")
@@ -127,7 +130,7 @@ class Percentiles(BaseModel):
 
 
 class Load(BaseModel):
-    mode: Literal["concurrency", "rate", "offline"]
+    mode: Literal["concurrency", "rate", "offline", "trace"]
     concurrency: int | None = None
     request_rate: float | None = Field(
         default=None, description="Requests per second; null for closed-loop or offline."
@@ -136,6 +139,9 @@ class Load(BaseModel):
     num_requests: int
     input_tokens: dict[str, float] = Field(description="Simulated prompt lengths: mean, p50, p95.")
     output_tokens: dict[str, float] = Field(description="Simulated output lengths: mean, p50, p95.")
+    trace: dict[str, Any] | None = Field(
+        default=None, description="The replayed trace (name, sha256, format, requests)."
+    )
 
 
 class StepBreakdown(BaseModel):
@@ -437,18 +443,17 @@ def _predict(req: PredictRequest) -> PredictResult:
     from .roofline import StepModel
 
     model = StepModel.from_deployment(req)
-    check_lengths(req)
     split = parse_split(req)
     run_req = aggregated_share(req, split) if split else req
-    run = run_load(run_req, model)
+    run, trace = _simulated(req, run_req, model)
     res, stats, inp, out = run.res, run.stats, run.inp, run.out
     mean_in, mean_out = float(inp.mean()), float(out.mean())
     bound, shares, dec = bound_of(model, res, mean_in, mean_out)
     sat = saturation_point(
         model, mean_in, mean_out, run.prefix.effective_hit_rate if run.prefix else 0
     )
-    mode = _load_mode(req)
-    warnings = _sim_warnings(run_req, model, res, sat, mode, len(inp))
+    mode = "trace" if trace is not None else _load_mode(req)
+    warnings = _sim_warnings(run_req, model, res, sat, mode, len(inp), trace)
     itl = weighted_percentiles(stats.itl_values, stats.itl_weights)
     from .spec_decode import at_load
 
@@ -460,7 +465,7 @@ def _predict(req: PredictRequest) -> PredictResult:
         mean_out,
         itl,
         stats.output_tokens_per_s,
-        req.concurrency is not None or req.request_rate is None,
+        trace is None and (req.concurrency is not None or req.request_rate is None),
     )
     result = PredictResult(
         model=req.model,
@@ -468,7 +473,7 @@ def _predict(req: PredictRequest) -> PredictResult:
         tensor_parallel_size=req.tensor_parallel_size,
         pipeline_parallel_size=req.pipeline_parallel_size,
         engine=req.engine,
-        load=_load_block(req, mode, inp, out),
+        load=_load(req, mode, inp, out, trace),
         ttft_ms=measured(percentiles(stats.ttft_ms), "TTFT"),
         itl_ms=itl,
         tpot_ms=percentiles(stats.tpot_ms),
@@ -496,12 +501,37 @@ def _predict(req: PredictRequest) -> PredictResult:
         preemptions=int(res.preemptions),
         factors=model.efficiency.describe(),
         factors_source=model.efficiency.source,
-        assumptions=_predict_assumptions(req, model, mode),
+        assumptions=_predict_assumptions(req, model, mode, trace),
         warnings=warnings,
         speculative=spec,
         prefix_cache=_prefix_result(run, itl),
     )
     return _disaggregated(req, model, split, run, result) if split else result
+
+
+def _simulated(req: PredictRequest, run_req: Any, model: Any) -> tuple[LoadRun, Any]:
+    """The simulated load and, for a trace, the trace: its own arrivals and lengths (each
+    row checked against the context as it is read), else the asked load shape."""
+    if req.trace is None:
+        check_lengths(req)
+        return run_load(run_req, model), None
+    from .trace_load import run_trace_load
+
+    return run_trace_load(req, model)
+
+
+def _load(req: PredictRequest, mode: str, inp: Any, out: Any, trace: Any) -> Load:
+    rate = req.request_rate if mode == "rate" else None
+    return Load(
+        mode=mode,  # type: ignore[arg-type]
+        concurrency=(req.concurrency or 1) if mode == "concurrency" else None,
+        request_rate=_trace_rate(trace) if trace is not None else rate,
+        burstiness=req.burstiness if mode == "rate" else None,
+        num_requests=len(inp),
+        input_tokens=_dist(inp),
+        output_tokens=_dist(out),
+        trace=trace.describe() if trace is not None else None,
+    )
 
 
 def _disaggregated(
@@ -550,18 +580,10 @@ def _prefix_result(run: LoadRun, itl: Percentiles | None) -> PrefixCacheResult |
     )
 
 
-def _load_block(
-    req: PredictRequest, mode: Literal["concurrency", "rate", "offline"], inp: Any, out: Any
-) -> Load:
-    return Load(
-        mode=mode,
-        concurrency=(req.concurrency or 1) if mode == "concurrency" else None,
-        request_rate=req.request_rate if mode == "rate" else None,
-        burstiness=req.burstiness if mode == "rate" else None,
-        num_requests=len(inp),
-        input_tokens=_dist(inp),
-        output_tokens=_dist(out),
-    )
+def _trace_rate(trace: Any) -> float:
+    from .trace_load import trace_rate_per_s
+
+    return trace_rate_per_s(trace)
 
 
 def _load_mode(req: PredictRequest) -> Literal["concurrency", "rate", "offline"]:
@@ -571,11 +593,13 @@ def _load_mode(req: PredictRequest) -> Literal["concurrency", "rate", "offline"]
 
 
 def _sim_warnings(
-    req: PredictRequest, model: Any, res: Any, sat: Saturation, mode: str, n: int
+    req: PredictRequest, model: Any, res: Any, sat: Saturation, mode: str, n: int, trace: Any
 ) -> list[str]:
     """Overload, preemption and dropped requests, in words. Sets the saturation's
     utilization for an open loop."""
     warnings: list[str] = []
+    if trace is not None and sat.max_requests_per_s:
+        sat.utilization = _trace_rate(trace) / sat.max_requests_per_s
     if mode == "rate" and req.request_rate is not None:
         sat.utilization = (
             req.request_rate / sat.max_requests_per_s if sat.max_requests_per_s else None
@@ -597,12 +621,18 @@ def _sim_warnings(
     return warnings
 
 
-def _predict_assumptions(req: PredictRequest, model: Any, mode: str) -> list[str]:
+def _predict_assumptions(req: PredictRequest, model: Any, mode: str, trace: Any) -> list[str]:
     assumptions: list[str] = []
-    if req.concurrency is None and req.request_rate is None:
+    if trace is not None:
+        from .trace_load import MAX_TRACE_SIM_REQUESTS, trace_note
+
+        assumptions.append(trace_note(trace, MAX_TRACE_SIM_REQUESTS))
+    elif req.concurrency is None and req.request_rate is None:
         assumptions.append("no load given: concurrency 1 (one request at a time)")
     spread = bool(req.input_tokens_p95 or req.output_tokens_p95)
-    if spread:
+    if trace is not None:
+        pass
+    elif spread:
         assumptions.append(
             "lengths drawn from lognormal distributions fitted to the given median and p95"
         )

@@ -6,7 +6,7 @@ what it holds. Stdlib + pydantic at module level.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -135,6 +135,9 @@ def probe_command(a: Analysis, url: str, label: str, rate: float | None = None) 
         parts.append(f"--model {wl.deployment.model}")
     elif a.run and a.run.config.get("model"):
         parts.append(f"--model {a.run.config['model']}")
+    trace = wl.traffic.trace if wl.traffic else None
+    if trace is not None:  # the workload's own trace: its arrivals, lengths and prefixes
+        return " ".join([*parts, *_trace_flags(a, trace, rate), *_tail(a, label)])
     cfg = a.run.config if a.run else {}
     rate = rate if rate is not None else a.value("traffic.arrival_rate_rps")
     if rate is None and cfg.get("request_rate"):
@@ -159,13 +162,34 @@ def probe_command(a: Analysis, url: str, label: str, rate: float | None = None) 
     shared = a.value("traffic.shared_prefix_fraction")
     if shared:
         parts.append(f"--shared-prefix-fraction {shared:g}")
-    parts += ["--requests 500", "--warmup-requests 20"]
+    burst = a.value("traffic.burstiness")
+    if rate and burst and burst != 1 and a.value("traffic.mode") != "offline":
+        parts.append(f"--burstiness {burst:g}")
+    parts.append("--requests 500")
+    return " ".join([*parts, *_tail(a, label)])
+
+
+def _trace_flags(a: Analysis, trace: Any, rate: float | None) -> list[str]:
+    """Replay the workload's trace; a stage that asks for another rate (overload) replays
+    it faster by the ratio to the trace's mean rate."""
+    import shlex
+
+    flags = [f"--trace {shlex.quote(trace.path)}"]
+    if trace.format:
+        flags.append(f"--trace-format {trace.format}")
+    mean = a.value("traffic.arrival_rate_rps")
+    if rate is not None and mean:
+        flags.append(f"--trace-time-scale {rate / mean:.3g}")
+    return [*flags, "--requests 500"]
+
+
+def _tail(a: Analysis, label: str) -> list[str]:
+    """Warm-up, SLO targets for goodput and the stage label: every probe command ends so."""
+    wl = a.workload
     agentic = bool(wl.traffic and wl.traffic.agentic_steps)
     slo = [
         f"--slo {m}={v:g}"
         for m, k, v in slo_items(wl)
         if k in ("p95", "p99") and not (agentic and m == "e2e_ms")  # e2e is per task there
     ][:3]
-    parts += slo
-    parts.append(f"--label stage={label}")
-    return " ".join(parts)
+    return ["--warmup-requests 20", *slo, f"--label stage={label}"]

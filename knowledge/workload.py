@@ -100,6 +100,18 @@ class Product(_Strict):
     )
 
 
+class TraceRef(_Strict):
+    """The request trace a workload was fitted to, or that its baseline replays."""
+
+    path: str = Field(min_length=1, max_length=4096, description="Path of the trace file.")
+    format: Literal["mooncake", "burstgpt", "azure", "jsonl"] | None = Field(
+        default=None, description="Trace format; default: guessed from the file."
+    )
+    sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$", description="The file's hash when fitted."
+    )
+
+
 class Traffic(_Strict):
     mode: Literal["online", "offline", "mixed"] | None = None
     arrival_rate_rps: float | None = Field(default=None, ge=0, description="Mean requests/s.")
@@ -126,6 +138,15 @@ class Traffic(_Strict):
         min_length=24,
         max_length=24,
         description="A day's profile: 24 mean arrival rates (requests/s), hour 0 first.",
+    )
+    burstiness: float | None = Field(
+        default=None,
+        ge=0.01,
+        le=100,
+        description="Gamma shape of inter-arrival gaps: 1 = Poisson, < 1 burstier.",
+    )
+    trace: TraceRef | None = Field(
+        default=None, description="A request trace of this traffic (path and format)."
     )
 
 

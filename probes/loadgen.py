@@ -24,6 +24,7 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from inferwise.probes.records import RequestRecord
 
@@ -43,6 +44,22 @@ def load_words(concurrency: int | None, rate: float | None, burstiness: float | 
     if concurrency is not None:
         return f"closed loop, concurrency {concurrency}"
     return "unknown load"
+
+
+def trace_words(info: dict[str, Any]) -> str:
+    """A trace replay's load in words, from its description (probe result, stored run)."""
+    scale = info.get("time_scale") or 1.0
+    speed = "" if scale == 1 else f" at {scale:g}x speed"
+    window = ""
+    if info.get("start_s") is not None or info.get("duration_s") is not None:
+        dur = info.get("duration_s")
+        window = (
+            f", window {info.get('start_s') or 0:g} s + {'all' if dur is None else f'{dur:g} s'}"
+        )
+    return (
+        f"trace replay {info.get('name')} ({info.get('format')}, {info.get('requests')} requests"
+        f"{window}){speed}, mean {info.get('mean_rate_per_s', 0):.3g} req/s"
+    )
 
 
 def arrival_schedule(

@@ -181,6 +181,7 @@ class Workload:
         dataset: list[DatasetRow] | None = None,
         seed: int = 0,
         salt: int = 0,
+        trace: Any = None,
     ) -> None:
         self.input_len = input_len
         self.output_len = output_len
@@ -190,18 +191,26 @@ class Workload:
         self.overhead_tokens = 0.0  # chat template / BOS tokens the server adds
         self.tokens_per_word = 1.0
         self.calibrated = False
+        self.trace = trace
+        """A TracePrompts (probes.trace_replay) when the run replays a trace."""
         self.set_salt(salt)
 
     @classmethod
-    def of_probe(cls, req: Any, dataset: list[DatasetRow] | None) -> Workload:
+    def of_probe(cls, req: Any, dataset: list[DatasetRow] | None, trace: Any = None) -> Workload:
         """The load a ProbeRequest describes (prompt and output lengths, shared prefix,
-        seed), over `dataset` when it has one."""
+        seed), over `dataset` when it has one, or the requests of a trace."""
+        prompts = None
+        if trace is not None:
+            from inferwise.probes.trace_replay import TracePrompts
+
+            prompts = TracePrompts(trace, req.warmup_requests)
         return cls(
             input_len=LengthSpec(req.input_tokens, req.input_distribution, req.input_spread),
             output_len=LengthSpec(req.output_tokens, req.output_distribution, req.output_spread),
             shared_prefix_fraction=req.shared_prefix_fraction,
             dataset=dataset,
             seed=req.seed,
+            trace=prompts,
         )
 
     def set_salt(self, salt: int) -> None:
@@ -237,6 +246,8 @@ class Workload:
         return " ".join(words)
 
     def item(self, index: int) -> PromptItem:
+        if self.trace is not None:
+            return self.trace.item(self, index)
         rng = random.Random((self.seed << 32) ^ index)
         text_rng = random.Random(f"text-{self.seed}-{self.salt}-{index}")
         out = self.output_len.sample(rng) if self.output_len else None

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from inferwise.calculators.bounds import MAX_BURSTINESS, MAX_SEED, MIN_BURSTINESS, check_rate
 from inferwise.calculators.errors import InputError, OperationalError
-from inferwise.probes.loadgen import load_words
+from inferwise.probes.loadgen import load_words, trace_words
 from inferwise.probes.records import ErrorClassCount, RequestRecord, error_counts
 from inferwise.probes.summary import ClientHealth, ProbeSummary, check_slo
 
@@ -134,6 +134,27 @@ class ProbeRequest(BaseModel):
         None,
         description="JSONL file of prompts (prompt, messages or question) and/or lengths (input_tokens, output_tokens) per line; "
         "rows may carry expected + grader (exact, contains, regex, numeric, json_schema, choice).",
+    )
+    trace: str | None = Field(
+        None,
+        description="Replay this request trace file (its arrivals, lengths, shared prefixes). "
+        "Formats: Mooncake JSONL, BurstGPT CSV, Azure LLM inference CSV, JSONL with timestamp "
+        "(s) and input_tokens/output_tokens.",
+    )
+    trace_format: Literal["mooncake", "burstgpt", "azure", "jsonl"] | None = Field(
+        None, description="Format of the trace file; default: guessed from its first line."
+    )
+    trace_time_scale: float = Field(
+        1.0,
+        ge=0.001,
+        le=1000,
+        description="Replay speed: inter-arrival times are divided by it (2 = twice the rate).",
+    )
+    trace_start: float | None = Field(
+        None, ge=0, description="Window start, seconds after the trace's first request."
+    )
+    trace_duration: float | None = Field(
+        None, gt=0, description="Window length in seconds of trace time."
     )
     slo: dict[str, float] | None = Field(
         None,
@@ -257,7 +278,24 @@ class ProbeRequest(BaseModel):
     def _shape(self) -> ProbeRequest:
         if self.concurrency is not None and self.request_rate is not None:
             raise ValueError("give concurrency or request_rate, not both")
+        check_trace_request(self)
         return self
+
+
+def check_trace_request(req: ProbeRequest) -> None:
+    """A trace is the whole load: it takes no rate, concurrency, sweep or dataset, and the
+    window flags mean nothing without it."""
+    if req.trace is None:
+        given = [f for f in ("trace_format", "trace_start", "trace_duration") if getattr(req, f)]
+        if given or req.trace_time_scale != 1.0:
+            raise ValueError(f"{(given or ['trace_time_scale'])[0]} needs a trace")
+        return
+    clash = [f for f in ("concurrency", "request_rate", "sweep", "dataset") if getattr(req, f)]
+    if clash:
+        raise ValueError(
+            f"a trace sets the load and the lengths: give trace or {clash[0]}, not both "
+            "(replay faster or slower with trace_time_scale)"
+        )
 
 
 class Calibration(BaseModel):
@@ -308,6 +346,9 @@ class ProbeResult(BaseModel):
         default_factory=dict, description="Last scraped engine metrics (normalised names)."
     )
     notes: list[str] = Field(default_factory=list)
+    trace: dict[str, Any] | None = Field(
+        None, description="The replayed trace: name, sha256, format, window, time scale."
+    )
     db_path: str
     all_failed: bool = Field(False, description="Every request failed: the CLI exits 1.")
 
@@ -422,10 +463,16 @@ async def run_probe(
     `allow_hosts`: the MCP server passes its strict, operator-configured policy."""
     from inferwise.probes.session import handle_signals
 
+    trace = None
+    if req.trace is not None:
+        from inferwise.probes.trace_replay import load_probe_trace, with_trace
+
+        trace = load_probe_trace(req)
+        req = with_trace(req, trace)
     requests, duration_s = _check_bounds(req)
     req, memory_note = _in_flight_for_memory(req)
     call_deadline = time.monotonic() + req.max_duration_s
-    ctx, dataset = await _context(req, policy)
+    ctx, dataset = await _context(req, policy, trace)
     notes: list[str] = [memory_note] if memory_note else []
     stop = asyncio.Event()
     try:
@@ -447,7 +494,9 @@ async def run_probe(
     return _result(ctx, sweep, calibration)
 
 
-async def _context(req: ProbeRequest, policy: Any) -> tuple[Any, list[Any] | None]:
+async def _context(
+    req: ProbeRequest, policy: Any, trace: Any = None
+) -> tuple[Any, list[Any] | None]:
     """What every request of the call shares: the approved target and its connection pool,
     the key, the workload, the store. The target passes the policy here (one checked lookup)."""
     from inferwise.probes.client import Pool, Target, Timeouts
@@ -471,9 +520,10 @@ async def _context(req: ProbeRequest, policy: Any) -> tuple[Any, list[Any] | Non
         api_key,
         [api_key] if api_key else [],
         timeouts,
-        Workload.of_probe(req, dataset),
+        Workload.of_probe(req, dataset, trace),
         req.model or "",
         RunStore(req.db),
+        trace=trace,
     )
     return ctx, dataset
 
@@ -557,7 +607,9 @@ def _result(ctx: Any, sweep: _Sweep, calibration: Calibration) -> ProbeResult:
         url=display_url(req.url),
         model=ctx.model,
         endpoint=req.endpoint,
-        load=load_words(last.concurrency, last.request_rate, req.burstiness),
+        load=trace_words(ctx.trace.describe())
+        if ctx.trace
+        else load_words(last.concurrency, last.request_rate, req.burstiness),
         concurrency=last.concurrency,
         request_rate=last.request_rate,
         stream=req.stream,
@@ -568,6 +620,7 @@ def _result(ctx: Any, sweep: _Sweep, calibration: Calibration) -> ProbeResult:
         calibration=calibration,
         server_metrics=sweep.server_metrics,
         notes=notes,
+        trace=ctx.trace.describe() if ctx.trace else None,
         db_path=str(ctx.store.path),
         all_failed=measured > 0 and completed == 0,
     )
@@ -603,6 +656,12 @@ async def _prepare(ctx: Any, dataset: list[Any] | None, notes: list[str]) -> Cal
         ctx.model = found or "default"
         if why:
             notes.append(why)
+    if ctx.trace is not None:  # before any request the load sends
+        from inferwise.probes.trace_replay import check_server_context
+
+        note = await check_server_context(ctx, ctx.trace)
+        if note:
+            notes.append(note)
     notes += await negotiate(ctx)
     calibration = Calibration(note="prompts from the dataset; no calibration needed")
     if dataset is None or any(r.prompt is None for r in dataset):

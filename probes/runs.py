@@ -95,6 +95,10 @@ def describe_load(config: dict[str, Any]) -> str:
     except (TypeError, ValueError):
         rate = math.nan
     parts = [load_words(conc, rate, burst)]
+    if isinstance(config.get("trace_replay"), dict):
+        from inferwise.probes.loadgen import trace_words
+
+        parts = [trace_words(config["trace_replay"])]
     if config.get("requests"):
         parts.append(f"{config['requests']} requests")
     if config.get("duration_s"):

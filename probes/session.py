@@ -60,6 +60,8 @@ class ProbeContext:
     continuous_usage: bool = True
     workload_errors: list[float] = dataclasses.field(default_factory=list)
     """Relative prompt-length errors (server prompt_tokens vs target), for the calibration report."""
+    trace: Any = None
+    """The replayed trace (calculators.traces.Trace), when the load is one."""
 
 
 async def discover_model(ctx: ProbeContext) -> tuple[str | None, str | None]:
@@ -335,6 +337,8 @@ class _PointRun:
                 "prompt_salt": self.ctx.workload.new_salt(),
             }
         )
+        if self.ctx.trace is not None:
+            config["trace_replay"] = self.ctx.trace.describe()
         return config
 
     # ------------------------------------------------------------------ requests
@@ -416,6 +420,10 @@ class _PointRun:
 
         point = self.point
         assert point.rate is not None
+        if self.ctx.trace is not None:
+            from inferwise.probes.trace_replay import trace_schedule
+
+            return trace_schedule(self.ctx.trace, start_s, self.cap, point.duration_s)
         return arrival_schedule(
             point.rate,
             self.req.burstiness,
@@ -437,7 +445,9 @@ class _PointRun:
 
         w = ctx.workload
         setup = {
-            "req": req.model_dump(mode="json"),
+            # a trace replay's rate is the trace's own: the child re-reads the trace
+            "req": req.model_dump(mode="json", exclude={"request_rate"} if ctx.trace else None),
+            "trace_sha256": ctx.trace.sha256 if ctx.trace else None,
             "model": ctx.model,
             "ignore_eos": ctx.ignore_eos,
             "continuous_usage": ctx.continuous_usage,

@@ -191,7 +191,14 @@ def _child_context(setup: dict[str, Any]) -> Any:
 
     req = ProbeRequest.model_validate(setup["req"])
     api_key = os.environ.get(req.api_key_env) or None
-    workload = Workload.of_probe(req, load_dataset(req.dataset) if req.dataset else None)
+    trace = None
+    if req.trace is not None:
+        from inferwise.probes.trace_replay import load_probe_trace
+
+        trace = load_probe_trace(req)
+        if trace.sha256 != setup.get("trace_sha256"):
+            raise RuntimeError("the trace file changed after the run started")
+    workload = Workload.of_probe(req, load_dataset(req.dataset) if req.dataset else None, trace)
     if setup.get("calibration"):
         workload.calibrate(*setup["calibration"])
     workload.set_salt(setup.get("salt", 0))

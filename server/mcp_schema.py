@@ -89,14 +89,15 @@ def lever_fields() -> frozenset[str]:
 
 def compact_tool(tool: dict[str, Any], shared: frozenset[str] = frozenset()) -> dict[str, Any]:
     """One listed tool (a ``Tool`` dumped by alias) with its schemas made compact; the
-    ``shared`` fields lose their descriptions outside :data:`SHARED_OWNER`; the
-    lever ones are named in the description (:func:`_listed_once`)."""
+    ``shared`` fields lose their descriptions and bounds outside :data:`SHARED_OWNER`; the
+    lever ones and the trace options are named in the description (:func:`_listed_once`)."""
     out = dict(tool)
     if isinstance(out.get("inputSchema"), dict):
         out["inputSchema"] = compact_input(out["inputSchema"])
         if out["name"] != SHARED_OWNER:
             _undescribe(out["inputSchema"], shared, out)
         _listed_once(out["inputSchema"], lever_fields(), out)
+        _listed_once(out["inputSchema"], TRACE_OPTIONS, out, TRACE_OWNER, TRACE_SUMMARY, None)
     if isinstance(out.get("outputSchema"), dict):
         out["outputSchema"] = summary_output(
             out["outputSchema"], KEY_OUTPUT_FIELDS.get(out["name"])
@@ -104,11 +105,17 @@ def compact_tool(tool: dict[str, Any], shared: frozenset[str] = frozenset()) -> 
     return out
 
 
+SHARED_ONLY_OWNER = ("description", "minimum", "maximum", "exclusiveMinimum")
+"""What the shared deployment fields keep to the owner's listing: the words and the
+bounds (the other tools validate the same bounds, and their errors name them)."""
+
+
 def _undescribe(schema: dict[str, Any], shared: frozenset[str], tool: dict[str, Any]) -> None:
     props = schema.get("properties", {})
     named = [n for n in props if n in shared]
     for name in named:
-        props[name].pop("description", None)
+        for key in SHARED_ONLY_OWNER:
+            props[name].pop(key, None)
     if named:
         tool["description"] = (
             tool.get("description", "")
@@ -128,21 +135,41 @@ LEVER_SUMMARY = (
 """The lever fields in words: cheaper in the listing than ten described properties."""
 
 
-def _listed_once(schema: dict[str, Any], fields: frozenset[str], tool: dict[str, Any]) -> None:
-    """The lever fields: left out of the listed properties and named in the tool
-    description, in full under LEVER_OWNER. The listed input schemas do not forbid other
-    keys, and the server validates arguments with the full model (bounds included)."""
+def _listed_once(
+    schema: dict[str, Any],
+    fields: frozenset[str],
+    tool: dict[str, Any],
+    owner: str = LEVER_OWNER,
+    summary: str = LEVER_SUMMARY,
+    elsewhere: str | None = "what-if lever fields",
+) -> None:
+    """A group of fields (the what-if levers, the trace replay's options): left out of the
+    listed properties and named in the tool description, in full under `owner`. The listed
+    input schemas do not forbid other keys, and the server validates arguments with the
+    full model (bounds included)."""
     props = schema.get("properties", {})
     named = [n for n in props if n in fields]
     for name in named:
         del props[name]
     if named:
         extra = (
-            LEVER_SUMMARY
-            if tool.get("name") == LEVER_OWNER
-            else f" Takes {LEVER_OWNER}'s what-if lever fields."
+            summary
+            if tool.get("name") == owner
+            else f" Takes {owner}'s {elsewhere}."
+            if elsewhere
+            else f" Takes {', '.join(named)} (as in {owner})."
         )
         tool["description"] = tool.get("description", "") + extra
+
+
+TRACE_OWNER = "probe_endpoint"
+TRACE_OPTIONS = frozenset({"trace_format", "trace_time_scale", "trace_start", "trace_duration"})
+"""Options of a trace replay (the `trace` file itself stays a listed property)."""
+TRACE_SUMMARY = (
+    " Trace replay options: trace_format (mooncake, burstgpt, azure, jsonl; default guessed), "
+    "trace_time_scale (speed: arrival gaps divided by it), trace_start / trace_duration "
+    "(window, s of trace time)."
+)
 
 
 def compact_input(schema: dict[str, Any]) -> dict[str, Any]:

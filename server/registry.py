@@ -288,6 +288,14 @@ OPERATIONS: list[Operation] = [
         template="runs_export.md.j2",
     ),
     Operation(
+        name="workload",
+        summary="Fit a workload file to a request trace: rates, peak, burstiness, lengths, prefix reuse, day profile.",
+        input_ref=f"{_K}.trace_workload:WorkloadFromTraceRequest",
+        output_ref=f"{_K}.trace_workload:WorkloadFromTraceResult",
+        func_ref=f"{_K}.trace_workload:workload_from_trace",
+        template="workload.md.j2",
+    ),
+    Operation(
         name="report",
         summary="Write a self-contained HTML report of stored runs: distributions, timeline, sweep curves, comparison.",
         input_ref="inferwise.server.reports.command:ReportRequest",
