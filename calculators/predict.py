@@ -25,6 +25,7 @@ from .bounds import MAX_BURSTINESS, MAX_SEED, MIN_BURSTINESS, check_rate
 from .deployment import Deployment
 from .errors import InputError, OperationalError
 from .spec_decode import SpeculativeFields, SpeculativeResult
+from .user_calibration import AppliedCalibration
 
 Bound = Literal["compute", "memory-bandwidth", "communication", "overhead"]
 PERCENTILES = (50, 90, 95, 99)
@@ -88,6 +89,11 @@ class PredictRequest(SpeculativeFields, Deployment):
         ge=0,
         le=MAX_SEED,
         description="Seed for arrivals and length draws (same seed, same answer).",
+    )
+    calibration: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Name of a stored calibration (inferwise calibrate) whose fitted factors replace the published ones.",
     )
 
     @field_validator("request_rate")
@@ -209,6 +215,10 @@ class PredictResult(BaseModel):
     speculative: SpeculativeResult | None = Field(
         default=None,
         description="What speculative decoding buys at this load (null when speculative_method is not set).",
+    )
+    calibration: AppliedCalibration | None = Field(
+        default=None,
+        description="The calibration used (its sources and residual_spread); null: published factors.",
     )
 
 
@@ -373,13 +383,42 @@ def bound_of(
 # --------------------------------------------------------------------------- entry point
 
 
-def predict_performance(req: PredictRequest) -> PredictResult:
-    """Simulate the deployment under the requested load; see the module docstring."""
-    import numpy as np
+def predict_performance(
+    req: PredictRequest, calibration: AppliedCalibration | None = None
+) -> PredictResult:
+    """Simulate the deployment under the requested load; see the module docstring.
+    A calibration (loaded by the door from req.calibration) replaces the published factors."""
+    result = _predict(req, calibration)
+    if calibration is not None:
+        from .user_calibration import calibration_notes, shift_by_overhead
 
+        shift_by_overhead(
+            result, calibration.factors.request_overhead_ms, result.load.mode == "concurrency"
+        )
+        result.calibration = calibration
+        result.factors_source = f"calibration {calibration.name!r} over {result.factors_source}"
+        result.assumptions[:0] = calibration_notes(calibration, req.model, req.gpu)
+    return result
+
+
+def step_model_for(req: Any, calibration: AppliedCalibration | None) -> Any:
+    """The deployment's step model, with a calibration's factors when one is given."""
     from .roofline import StepModel
 
     model = StepModel.from_deployment(req)
+    if calibration is None:
+        return model
+    from .user_calibration import calibrated_efficiency
+
+    return StepModel.from_deployment(
+        req, calibrated_efficiency(model.efficiency, calibration.factors)
+    )
+
+
+def _predict(req: PredictRequest, calibration: AppliedCalibration | None) -> PredictResult:
+    import numpy as np
+
+    model = step_model_for(req, calibration)
     check_lengths(req)
     res, stats, inp, out = run_load(req, model)
     mean_in, mean_out = float(inp.mean()), float(out.mean())

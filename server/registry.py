@@ -104,7 +104,7 @@ OPERATIONS: list[Operation] = [
         summary="Predict TTFT, ITL, TPOT, end-to-end latency and throughput of a deployment at a load.",
         input_ref=f"{_C}.predict:PredictRequest",
         output_ref=f"{_C}.predict:PredictResult",
-        func_ref=f"{_C}.predict:predict_performance",
+        func_ref=f"{_P}.calibrations:predict_calibrated",
         template="predict.md.j2",
         tool_name="predict_performance",
         title="Predict serving performance",
@@ -209,6 +209,49 @@ OPERATIONS: list[Operation] = [
             "measurements, target and baseline metrics, the leading bottleneck hypothesis and how to "
             "prove it, a staged one-variable-at-a-time plan, acceptance criteria and facts to verify."
         ),
+    ),
+    Operation(
+        name="calibrate",
+        summary="Fit the deployment's factors to measured runs or benchmark files; store the calibration.",
+        input_ref=f"{_P}.calibrations:CalibrateRequest",
+        output_ref=f"{_P}.calibrations:CalibrateResult",
+        func_ref=f"{_P}.calibrations:calibrate",
+        template="calibrate.md.j2",
+        tool_name="calibrate_deployment",
+        title="Calibrate a deployment",
+        description=(
+            "Use this when the user has measured their deployment (probe run_ids, vLLM bench serve "
+            "/ guidellm / AIPerf JSON files): fits compute and bandwidth efficiency, per-step, "
+            "per-sequence and per-request overhead to those points, reports residuals per point, "
+            "and stores it under name; pass calibration=name to predict_performance."
+        ),
+        read_only=False,
+        compute_budget_s=60.0,
+    ),
+    Operation(
+        name="calibrations list",
+        summary="List stored calibrations.",
+        input_ref=f"{_P}.calibrations:CalibrationsListRequest",
+        output_ref=f"{_P}.calibrations:CalibrationsListResult",
+        func_ref=f"{_P}.calibrations:list_calibrations",
+        template="calibrations_list.md.j2",
+    ),
+    Operation(
+        name="calibrations show",
+        summary="Show one stored calibration: factors, residuals, provenance.",
+        input_ref=f"{_P}.calibrations:CalibrationNameRequest",
+        output_ref=f"{_P}.calibrations:StoredCalibration",
+        func_ref=f"{_P}.calibrations:show_calibration",
+        template="calibrate.md.j2",
+    ),
+    Operation(
+        name="calibrations delete",
+        summary="Delete one stored calibration.",
+        input_ref=f"{_P}.calibrations:CalibrationNameRequest",
+        output_ref=f"{_P}.calibrations:DeleteResult",
+        func_ref=f"{_P}.calibrations:delete_calibration",
+        template="calibrations_delete.md.j2",
+        read_only=False,
     ),
     Operation(
         name="kb search",
