@@ -482,7 +482,6 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
     from .architecture import from_config
     from .calibration import load_efficiency
     from .catalog import get_gpu, load_model
-    from .errors import InputError
     from .quantization import DTYPE_BYTES, resolve_quantization
 
     gpu = custom_gpu(dep) if dep.gpu is None else get_gpu(dep.gpu)

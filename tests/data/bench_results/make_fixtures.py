@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 
 from inferwise.calculators.batching_sim import simulate_load
-from inferwise.calculators.bench_files import MeasuredPoint
 from inferwise.calculators.deployment import Deployment
 from inferwise.calculators.roofline import StepModel
 from inferwise.calculators.user_calibration import _efficiency_at
@@ -89,7 +88,8 @@ def vllm_file(conc: int, n: int, inp: int, out: int, detailed: bool) -> dict:
         data["output_lens"] = [int(x) for x in r["outs"]]
         data["ttfts"] = [round(float(x) / 1e3, 6) for x in r["ttft"]]
         data["itls"] = [
-            [round(float(t) / 1e3, 6)] * (int(o) - 1) for t, o in zip(r["tpot"], r["outs"])
+            [round(float(t) / 1e3, 6)] * (int(o) - 1)
+            for t, o in zip(r["tpot"], r["outs"], strict=True)
         ]
         data["generated_texts"] = [""] * n
         data["errors"] = [""] * n
