@@ -338,3 +338,11 @@ def predict_calibrated(req: Any) -> Any:
 
     applied = load_applied(req.calibration) if req.calibration else None
     return predict_performance(req, applied)
+
+
+def budget_calibrated(req: Any) -> Any:
+    """budget with the named calibration loaded from the store (the registry's entry)."""
+    from inferwise.calculators.budget import decompose_budget
+
+    applied = load_applied(req.calibration) if req.calibration else None
+    return decompose_budget(req, calibration=applied)

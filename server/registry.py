@@ -122,7 +122,7 @@ OPERATIONS: list[Operation] = [
         summary="Split an end-to-end SLO into queue/network/pre/prefill/decode/post budgets; find the binding stage.",
         input_ref=f"{_C}.budget:BudgetRequest",
         output_ref=f"{_C}.budget:BudgetResult",
-        func_ref=f"{_C}.budget:decompose_budget",
+        func_ref=f"{_P}.calibrations:budget_calibrated",
         template="budget.md.j2",
         tool_name="decompose_latency_budget",
         title="Decompose a latency budget",
@@ -252,6 +252,14 @@ OPERATIONS: list[Operation] = [
         func_ref=f"{_P}.calibrations:delete_calibration",
         template="calibrations_delete.md.j2",
         read_only=False,
+    ),
+    Operation(
+        name="explain",
+        summary="A run's measurement beside the prediction for exactly its conditions; the gap's causes.",
+        input_ref=f"{_K}.explain:ExplainRequest",
+        output_ref=f"{_K}.explain:ExplainResult",
+        func_ref=f"{_K}.explain:explain_run",
+        template="explain.md.j2",
     ),
     Operation(
         name="kb search",
