@@ -285,7 +285,7 @@ def explain_run(req: ExplainRequest) -> ExplainResult:
     from inferwise.probes.calibrations import get_calibration, point_from_run
     from inferwise.probes.store import RunStore
 
-    with RunStore(req.db, create=False if req.db else True) as store:
+    with RunStore(req.db, create=req.db is None) as store:
         run_id = store.resolve(req.run_id)
         run = store.get_run(run_id)
         point = point_from_run(store, run_id)

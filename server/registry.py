@@ -331,6 +331,15 @@ OPERATIONS: list[Operation] = [
         template="runs_export.md.j2",
     ),
     Operation(
+        name="runs import",
+        summary="Store vLLM bench serve / guidellm / AIPerf result files as runs (one per load level).",
+        input_ref=f"{_P}.bench_import:ImportRunsRequest",
+        output_ref=f"{_P}.bench_import:ImportRunsResult",
+        func_ref=f"{_P}.bench_import:import_runs",
+        template="runs_import.md.j2",
+        read_only=False,
+    ),
+    Operation(
         name="report",
         summary="Write a self-contained HTML report of stored runs: distributions, timeline, sweep curves, comparison.",
         input_ref="inferwise.server.reports.command:ReportRequest",
