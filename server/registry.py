@@ -220,10 +220,9 @@ OPERATIONS: list[Operation] = [
         tool_name="calibrate_deployment",
         title="Calibrate a deployment",
         description=(
-            "Use this when the user has measured their deployment (probe run_ids, vLLM bench serve "
-            "/ guidellm / AIPerf JSON files): fits compute and bandwidth efficiency, per-step, "
-            "per-sequence and per-request overhead to those points, reports residuals per point, "
-            "and stores it under name; pass calibration=name to predict_performance."
+            "Use this when the deployment was measured (run ids; vLLM bench serve, guidellm or "
+            "AIPerf JSON files): fits its efficiency and overhead factors, stores them under name "
+            "for calibration=name in predict_performance."
         ),
         read_only=False,
         compute_budget_s=60.0,
