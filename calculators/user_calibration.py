@@ -36,7 +36,7 @@ from .bench_files import MeasuredPoint
 from .errors import InputError
 
 METRICS = ("ttft_ms", "itl_ms", "output_tokens_per_s")
-MAX_SIM_REQUESTS = 240
+MAX_SIM_REQUESTS = 400
 """Requests simulated per point and evaluation: stable means, milliseconds per simulation."""
 MIN_VALUES = 2
 """Two measured values (the TTFT and ITL of one load level) fit at least two factors."""
@@ -168,7 +168,7 @@ def point_lengths(point: MeasuredPoint) -> tuple[Any, Any]:
     """The point's own per-request lengths when it has them, else its means."""
     import numpy as np
 
-    n = min(MAX_SIM_REQUESTS, max(point.num_requests, 3 * (point.concurrency or 1) + 6))
+    n = min(MAX_SIM_REQUESTS, max(point.num_requests, point.concurrency or 1))
     if point.input_lens and point.output_lens and len(point.input_lens) == len(point.output_lens):
         idx = np.arange(n) % len(point.input_lens)
         inp = np.asarray(point.input_lens)[idx]
@@ -182,17 +182,23 @@ def point_lengths(point: MeasuredPoint) -> tuple[Any, Any]:
 def simulate_point(
     model: Any, point: MeasuredPoint, request_overhead_ms: float
 ) -> dict[str, float]:
-    """Mean TTFT, ITL and output throughput of `model` at the point's load and lengths.
+    """Mean TTFT, ITL and output throughput of `model` at the point's load and lengths,
+    over as many requests as the point measured (up to MAX_SIM_REQUESTS), all of them.
 
     The per-request overhead adds to TTFT; in a closed loop it also idles each
     client for that long, so throughput falls by E2E / (E2E + overhead)."""
-    from .batching_sim import simulate_load
+    from .batching_sim import load_stats, poisson_arrivals_ms, simulate
     from .calibration import metric_value
 
     inp, out = point_lengths(point)
-    rate = point.request_rate if point.concurrency is None else None
-    conc = point.concurrency if point.concurrency is not None or rate is not None else None
-    _, stats = simulate_load(model, inp, out, concurrency=conc, rate_per_s=rate, seed=0)
+    conc = point.concurrency
+    rate = point.request_rate if conc is None else None
+    arrivals = None
+    if rate is not None and math.isfinite(rate):
+        arrivals = poisson_arrivals_ms(len(inp), float(rate), 1.0, seed=0)
+    res = simulate(model, inp, out, arrival_ms=arrivals, concurrency=conc)
+    # a benchmark tool's figures cover every request, ramp-up and ramp-down included
+    stats = load_stats(res)
     ttft = metric_value(stats, "ttft_ms.mean")
     e2e = metric_value(stats, "e2e_ms.mean")
     tput = float(stats.output_tokens_per_s)
