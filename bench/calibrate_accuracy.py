@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 import sys
-import tomllib
 import time
+import tomllib
 from pathlib import Path
 
 from inferwise.calculators.bench_files import MeasuredPoint
