@@ -110,28 +110,53 @@ def probe_sweep(server: LlamaServer, db: Path, sweep: tuple[int, ...]) -> dict[i
     return {p.concurrency: p.run_id for p in result.sweep}
 
 
+STABLE_WITHIN = 0.15
+"""A sweep counts when concurrency 1, measured again after it, agrees on ITL within 15 %:
+otherwise the machine's speed changed during the sweep (another process took the core)."""
+
+
+def speed_check(server: LlamaServer, db: Path) -> str:
+    """One more concurrency-1 run after the sweep, to see whether the machine kept its speed."""
+    from inferwise.probes.runner import ProbeRequest, run_probe
+
+    req = ProbeRequest(
+        url=server.base_url, db=str(db), concurrency=1, requests=12, input_tokens=48,
+        output_tokens=32, label={"engine": "llama.cpp", "purpose": "speed-check"},
+    )  # fmt: skip
+    return asyncio.run(run_probe(req)).run_id
+
+
+def itl_of(db: Path, run_id: str) -> float:
+    from inferwise.probes.store import RunStore
+
+    with RunStore(db) as store:
+        return float(store.get_run(run_id).summary.itl_ms.mean)
+
+
 @pytest.fixture(scope="module")
 def calibrated(
     llama_server: LlamaServer, engine_model: GeneratedModel, tmp_path_factory: Any
 ) -> dict[int, Any]:
-    """Probe, calibrate, predict; once more when the first sweep misses. On a 2-core
-    machine another process can take a core for seconds, so one load point of a sweep
-    may run slower than its neighbours (seen: ITL at 8 below ITL at 4): the second sweep
-    re-measures every point, and the tolerance is the same for both."""
+    """Probe, calibrate, predict, on a sweep during which the machine kept its speed (up to
+    three tries). On a shared 2-core machine another process can take the core for seconds,
+    which moves one load point against the others by more than the tolerance (seen: 40 %);
+    such a sweep says nothing about the calibration and is measured again. The tolerance is
+    the same for every sweep; with no steady sweep the test skips and says so."""
     root = tmp_path_factory.mktemp("engine-calibrate")
     folder = model_folder(engine_model, root, llama_server.alias)
-    table: dict[int, Any] = {}
-    for attempt in range(2):
+    drift: list[float] = []
+    for attempt in range(3):
         db = root / f"runs-{attempt}.db"
         runs = probe_sweep(llama_server, db, (1, 2, 4, 8))
-        table = calibrate_and_predict(db, folder, llama_server.n_parallel, runs)
-        if worst_error(table) <= TOLERANCE:
-            break
-    return table
-
-
-def worst_error(table: dict[int, Any]) -> float:
-    return max(abs(cal / m - 1) for v in table.values() for m, cal, _ in v.values())
+        again = speed_check(llama_server, db)
+        drift.append(abs(itl_of(db, again) / itl_of(db, runs[1]) - 1))
+        if drift[-1] <= STABLE_WITHIN:
+            return calibrate_and_predict(db, folder, llama_server.n_parallel, runs)
+    pytest.skip(
+        "the machine's speed changed during every sweep (concurrency-1 ITL moved by "
+        + ", ".join(f"{100 * d:.0f} %" for d in drift)
+        + "): too busy to test a 20 % tolerance"
+    )
 
 
 @pytest.mark.parametrize("concurrency", [4, 8])
