@@ -110,9 +110,10 @@ def probe_sweep(server: LlamaServer, db: Path, sweep: tuple[int, ...]) -> dict[i
     return {p.concurrency: p.run_id for p in result.sweep}
 
 
-STABLE_WITHIN = 0.15
-"""A sweep counts when concurrency 1, measured again after it, agrees on ITL within 15 %:
-otherwise the machine's speed changed during the sweep (another process took the core)."""
+STABLE_WITHIN = 0.10
+"""A sweep counts when concurrency 1, measured again after it, agrees on ITL within 10 %, and
+so do 8 and 4 (the same four busy slots): otherwise the machine's speed changed during the
+sweep (another process took the core)."""
 
 
 def speed_check(server: LlamaServer, db: Path) -> str:
@@ -149,11 +150,18 @@ def calibrated(
         db = root / f"runs-{attempt}.db"
         runs = probe_sweep(llama_server, db, (1, 2, 4, 8))
         again = speed_check(llama_server, db)
-        drift.append(abs(itl_of(db, again) / itl_of(db, runs[1]) - 1))
+        # two checks of the machine's speed: concurrency 1 before and after, and 8 against 4
+        # (four slots: both decode four sequences a step, so their ITL is the same engine's)
+        drift.append(
+            max(
+                abs(itl_of(db, again) / itl_of(db, runs[1]) - 1),
+                abs(itl_of(db, runs[8]) / itl_of(db, runs[4]) - 1),
+            )
+        )
         if drift[-1] <= STABLE_WITHIN:
             return calibrate_and_predict(db, folder, llama_server.n_parallel, runs)
     pytest.skip(
-        "the machine's speed changed during every sweep (concurrency-1 ITL moved by "
+        "the machine's speed changed during every sweep (ITL of the same engine batch moved by "
         + ", ".join(f"{100 * d:.0f} %" for d in drift)
         + "): too busy to test a 20 % tolerance"
     )
