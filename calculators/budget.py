@@ -239,6 +239,9 @@ class BudgetRequest(
         default=None, ge=50, le=MAX_REQUESTS, description="Requests to simulate at the design load."
     )
     seed: int = Field(default=0, ge=0, le=MAX_SEED, description="Seed for arrivals and lengths.")
+    calibration: str | None = Field(
+        default=None, max_length=64, description="Stored calibration name, as in predict."
+    )
 
     @field_validator("request_rate")
     @classmethod
@@ -793,19 +796,23 @@ def _check_request(req: BudgetRequest) -> None:
         raise InputError("agent_steps", "the task has no llm step for this deployment to serve")
 
 
-def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetResult:
+def decompose_budget(
+    req: BudgetRequest, find_max_rate: bool = True, calibration: Any = None
+) -> BudgetResult:
     """Budget the SLOs over the stages; see the module docstring.
 
     ``find_max_rate=False`` skips the rate search (about ten simulations) for a
     caller that already knows the rate and only needs the design point: the
     recommender checking a fleet it sized. ``max_rate_under_slo`` and
     ``replicas_needed`` are then null. Without max_model_len, a model whose
-    default context does not fit is budgeted at the longest context that does.
+    default context does not fit is budgeted at the longest context that does. A
+    calibration (an AppliedCalibration the door loaded from req.calibration) replaces the
+    published engine factors.
     """
     from .context_window import with_fitting_context
 
     req, context_note = with_fitting_context(req)
-    result = _decompose(req, find_max_rate)
+    result = _decompose(req, find_max_rate, calibration)
     if context_note:
         result.assumptions.insert(0, context_note)
     from .intervals import latency_intervals
@@ -821,12 +828,11 @@ def decompose_budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetRe
     return result
 
 
-def _decompose(req: BudgetRequest, find_max_rate: bool) -> BudgetResult:
-    from .predict import percentiles, weighted_percentiles
-    from .roofline import StepModel
+def _decompose(req: BudgetRequest, find_max_rate: bool, calibration: Any) -> BudgetResult:
+    from .predict import percentiles, step_model_for, weighted_percentiles
 
     _check_request(req)
-    model = StepModel.from_deployment(req)
+    model = step_model_for(req, calibration)
     if not req.agent_steps and req.trace is None:
         from .predict import check_lengths
 
@@ -889,9 +895,27 @@ def _decompose(req: BudgetRequest, find_max_rate: bool) -> BudgetResult:
         speculative=spec,
         task=task,
         suggestions=_budget_suggestions(req, binding, replicas, task),
-        assumptions=_assumptions(req, model, wl),
+        assumptions=_calibration_notes(calibration, req) + _assumptions(req, model, wl),
         warnings=warnings,
     )
+
+
+def _calibration_notes(calibration: Any, req: BudgetRequest) -> list[str]:
+    """What the budget says of the calibration it used: its sources, and the per-request
+    overhead it measured outside the engine (the network and preprocessing stages here)."""
+    if calibration is None:
+        return []
+    from .user_calibration import calibration_notes
+
+    notes = calibration_notes(calibration, req.model, req.gpu)
+    return [
+        n.replace(
+            "is added to TTFT and E2E",
+            "was measured; compare it with the network and "
+            "preprocessing budgets, which stay as given",
+        )
+        for n in notes
+    ]
 
 
 def _assumptions(req: BudgetRequest, model: Any, wl: _Workload) -> list[str]:

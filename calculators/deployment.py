@@ -50,6 +50,19 @@ class Deployment(BaseModel):
         le=4096,
         description="Total memory per GPU in GiB (2^30 bytes) as the runtime reports it, for a GPU not in the catalog.",
     )
+    memory_bandwidth_gbps: float | None = Field(
+        default=None,
+        gt=0,
+        le=100_000,
+        description="Memory bandwidth per device in GB/s (10^9 B/s) for hardware outside the catalog "
+        "(with gpu_memory_gib and tflops; e.g. a CPU host).",
+    )
+    tflops: float | None = Field(
+        default=None,
+        gt=0,
+        le=100_000,
+        description="Dense 16-bit matmul peak per device in TFLOPS, for hardware outside the catalog.",
+    )
     num_gpus: int | None = Field(
         default=None,
         ge=1,

@@ -31,6 +31,7 @@ from .intervals import PredictIntervals
 from .prefix_cache import PrefixCacheFields, PrefixCacheResult, PrefixPlan
 from .spec_decode import SpeculativeFields, SpeculativeResult
 from .trace_load import TraceFields
+from .user_calibration import AppliedCalibration
 
 Bound = Literal["compute", "memory-bandwidth", "communication", "overhead"]
 PERCENTILES = (50, 90, 95, 99)
@@ -96,6 +97,11 @@ class PredictRequest(
         ge=0,
         le=MAX_SEED,
         description="Seed for arrivals and length draws (same seed, same answer).",
+    )
+    calibration: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Name of a stored calibration (inferwise calibrate) whose fitted factors replace the published ones.",
     )
 
     @field_validator("request_rate")
@@ -232,6 +238,10 @@ class PredictResult(BaseModel):
     intervals: PredictIntervals | None = Field(
         default=None,
         description="p10-p90 range of each metric from held-out published measurements.",
+    )
+    calibration: AppliedCalibration | None = Field(
+        default=None,
+        description="The calibration used (its sources and residual_spread); null: published factors.",
     )
 
 
@@ -415,15 +425,18 @@ def bound_of(
 # --------------------------------------------------------------------------- entry point
 
 
-def predict_performance(req: PredictRequest) -> PredictResult:
+def predict_performance(
+    req: PredictRequest, calibration: AppliedCalibration | None = None
+) -> PredictResult:
     """Simulate the deployment under the requested load; see the module docstring.
 
     Without max_model_len, a model whose default context does not fit is predicted
-    at the longest context that does (``context_window``), said in the assumptions."""
+    at the longest context that does (``context_window``), said in the assumptions.
+    A calibration (loaded by the door from req.calibration) replaces the published factors."""
     from .context_window import with_fitting_context
 
     req, context_note = with_fitting_context(req)
-    result = _predict(req)
+    result = _predict(req, calibration)
     if context_note:
         result.assumptions.insert(0, context_note)
     from .intervals import predict_intervals
@@ -433,16 +446,42 @@ def predict_performance(req: PredictRequest) -> PredictResult:
     result.intervals = predict_intervals(
         result, req.engine, req.concurrency, req.request_rate, experts
     )
+    if calibration is not None:
+        _apply_calibration(req, result, calibration)
     return result
 
 
-def _predict(req: PredictRequest) -> PredictResult:
-    import numpy as np
+def _apply_calibration(req: PredictRequest, result: PredictResult, calibration: Any) -> None:
+    from .user_calibration import calibration_notes, shift_by_overhead
 
-    from .disaggregation import parse_split
+    shift_by_overhead(
+        result, calibration.factors.request_overhead_ms, result.load.mode == "concurrency"
+    )
+    result.calibration = calibration
+    result.factors_source = f"calibration {calibration.name!r} over {result.factors_source}"
+    result.assumptions[:0] = calibration_notes(calibration, req.model, req.gpu)
+
+
+def step_model_for(req: Any, calibration: AppliedCalibration | None) -> Any:
+    """The deployment's step model, with a calibration's factors when one is given."""
     from .roofline import StepModel
 
     model = StepModel.from_deployment(req)
+    if calibration is None:
+        return model
+    from .user_calibration import calibrated_efficiency
+
+    return StepModel.from_deployment(
+        req, calibrated_efficiency(model.efficiency, calibration.factors)
+    )
+
+
+def _predict(req: PredictRequest, calibration: AppliedCalibration | None) -> PredictResult:
+    import numpy as np
+
+    from .disaggregation import parse_split
+
+    model = step_model_for(req, calibration)
     split = parse_split(req)
     run_req = aggregated_share(req, split) if split else req
     run, trace = _simulated(req, run_req, model)

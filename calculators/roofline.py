@@ -496,17 +496,9 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
     from .architecture import from_config
     from .calibration import load_efficiency
     from .catalog import get_gpu, load_model
-    from .errors import InputError
     from .quantization import DTYPE_BYTES, resolve_quantization
 
-    if dep.gpu is None:
-        raise InputError(
-            "gpu",
-            "performance prediction needs a catalog GPU (its peak FLOPS and memory bandwidth); "
-            "gpu_memory_gib alone is not enough",
-            accepted="a catalog id such as h100-sxm-80gb, h200-sxm-141gb, a100-sxm-80gb, mi300x",
-        )
-    gpu = get_gpu(dep.gpu)
+    gpu = custom_gpu(dep) if dep.gpu is None else get_gpu(dep.gpu)
     source = load_model(dep.model, revision=dep.revision)
     arch = from_config(source.config)
     scheme = resolve_quantization(dep.quantization, arch.quantization_config)
@@ -554,6 +546,35 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         enforce_eager=dep.enforce_eager,
         notes=tuple(notes),
         max_model_len=cap["max_model_len"],
+    )
+
+
+def custom_gpu(dep: Deployment) -> Any:
+    """Hardware outside the catalog, from the three figures the roofline needs
+    (memory, bandwidth, FLOPS); its efficiency factors are the published defaults
+    until a calibration replaces them."""
+    from .catalog import GPU
+    from .errors import InputError
+
+    if dep.gpu_memory_gib is None or dep.memory_bandwidth_gbps is None or dep.tflops is None:
+        raise InputError(
+            "gpu",
+            "performance prediction needs a catalog GPU, or hardware described by "
+            "gpu_memory_gib, memory_bandwidth_gbps and tflops together",
+            accepted="a catalog id such as h100-sxm-80gb, h200-sxm-141gb, a100-sxm-80gb, mi300x",
+        )
+    return GPU(
+        id="custom",
+        name=f"custom ({dep.memory_bandwidth_gbps:g} GB/s, {dep.tflops:g} TFLOPS)",
+        vendor="custom",
+        memory_gb_vendor=dep.gpu_memory_gib * 1.073741824,
+        memory_total_gib=dep.gpu_memory_gib,
+        memory_bandwidth_gb_per_s=dep.memory_bandwidth_gbps,
+        dense_tflops={"bf16": dep.tflops, "fp16": dep.tflops},
+        interconnect="pcie",
+        interconnect_bandwidth_gb_per_s=32.0,
+        pcie_gen=4,
+        source_url="user-supplied (memory_bandwidth_gbps, tflops)",
     )
 
 

@@ -45,6 +45,9 @@ RUN_HELP = (
 DB_HELP = "Path of the run database (default: the one `inferwise probe` writes)."
 
 
+from inferwise.knowledge.explain import ExplainResult  # noqa: E402
+
+
 class DiagnoseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -53,6 +56,9 @@ class DiagnoseRequest(BaseModel):
     db: str | None = Field(default=None, description=DB_HELP)
     limit: int = Field(
         default=8, ge=1, le=24, description="Maximum number of ranked hypotheses to return."
+    )
+    calibration: str | None = Field(
+        default=None, max_length=64, description="Stored calibration for the predictions."
     )
 
 
@@ -108,6 +114,11 @@ class MissingMeasurement(BaseModel):
 
 
 class DiagnoseResult(BaseModel):
+    explain: ExplainResult | None = Field(
+        default=None,
+        description="With run: its prediction vs measurement and the gap's causes (needs the deployment).",
+    )
+
     workload_name: str | None = None
     run_id: str | None = None
     summary: str = Field(
@@ -313,11 +324,15 @@ def load_inputs(workload: str | dict[str, Any] | None, run: str | None, db: str 
 
 def diagnose(req: DiagnoseRequest) -> DiagnoseResult:
     """Rank the likely bottlenecks, with evidence, counter-evidence and how to prove each."""
-    from inferwise.knowledge.sizing import calculation_scope
+    from inferwise.knowledge.calibrated import active_calibration, explain_section
+    from inferwise.knowledge.sizing import calculation_scope, calibration_scope
 
     wl = load_inputs(req.workload, req.run, req.db)
-    with calculation_scope():
+    applied, cal_notes = active_calibration(req.calibration, None, wl, req.db)
+    with calculation_scope(), calibration_scope(applied):
         a = analyse(wl, req.run, req.db)
+    a.notes.extend(cal_notes)
+    explained = explain_section(req.run, wl, req.calibration, req.db, a.notes)
     hypotheses, against = rank(a, req.limit)
     notes = list(dict.fromkeys(a.notes))
     if not hypotheses:
@@ -340,6 +355,7 @@ def diagnose(req: DiagnoseRequest) -> DiagnoseResult:
         missing_measurements=missing_measurements(a, hypotheses, baseline_fields=not hypotheses),
         assumptions=list(dict.fromkeys(a.assumptions)),
         notes=notes,
+        explain=explained,
     )
 
 

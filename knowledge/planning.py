@@ -88,6 +88,11 @@ class PlanRequest(BaseModel):
         default=None,
         description="Endpoint base URL to put into the probe commands (default: the placeholder URL).",
     )
+    calibration: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Stored calibration for the predictions (default with run: fitted from the run when it can be).",
+    )
 
 
 class PlanResult(BaseModel):
@@ -320,10 +325,15 @@ def _is_greenfield(a: Analysis) -> bool:
 
 def plan_experiments(req: PlanRequest) -> PlanResult:
     """The full plan for a workload (and optional stored run); see the module docstring."""
-    from inferwise.knowledge.sizing import calculation_scope
+    from inferwise.knowledge.calibrated import active_calibration
+    from inferwise.knowledge.sizing import calculation_scope, calibration_scope
 
-    with calculation_scope():
-        return _plan(req)
+    wl = load_inputs(req.workload, req.run, req.db)
+    applied, notes = active_calibration(req.calibration, req.run, wl, req.db)
+    with calculation_scope(), calibration_scope(applied):
+        result = _plan(req)
+    result.assumptions[:0] = notes
+    return result
 
 
 def _plan(req: PlanRequest) -> PlanResult:

@@ -56,6 +56,31 @@ _MEMO: ContextVar[dict[tuple[str, str], CalcOutcome[Any]] | None] = ContextVar(
 )
 
 
+CALIBRATION: ContextVar[Any] = ContextVar("inferwise_calibration", default=None)
+"""The AppliedCalibration diagnose/plan were given (or fitted from their run): predict and
+budget calls inside the call use its factors."""
+
+
+@contextmanager
+def calibration_scope(applied: Any) -> Iterator[None]:
+    """Within a diagnose or plan call, predictions use this calibration (None: published)."""
+    token = CALIBRATION.set(applied)
+    try:
+        yield
+    finally:
+        CALIBRATION.reset(token)
+
+
+def _with_calibration(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[[Any], Any]:
+    """The calculator bound to the active calibration; its name joins the request (and
+    the memo key), so calibrated and published answers are never mixed up."""
+    applied = CALIBRATION.get()
+    if applied is None:
+        return fn
+    kwargs["calibration"] = applied.name
+    return lambda req: fn(req, calibration=applied)
+
+
 @contextmanager
 def calculation_scope() -> Iterator[None]:
     """Within one diagnose or plan call, answer a repeated calculator request from memory.
@@ -217,7 +242,7 @@ def run_predict(
         kwargs["request_rate"] = request_rate
     from inferwise.calculators.predict import PredictRequest, predict_performance
 
-    return _call("predict", PredictRequest, predict_performance, kwargs)
+    return _call("predict", PredictRequest, _with_calibration(predict_performance, kwargs), kwargs)
 
 
 def run_budget(
@@ -262,4 +287,4 @@ def run_budget(
                     kwargs[f"slo_{metric}"] = values
     from inferwise.calculators.budget import BudgetRequest, decompose_budget
 
-    return _call("budget", BudgetRequest, decompose_budget, kwargs)
+    return _call("budget", BudgetRequest, _with_calibration(decompose_budget, kwargs), kwargs)

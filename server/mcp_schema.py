@@ -48,6 +48,7 @@ KEY_OUTPUT_FIELDS: dict[str, tuple[str, ...]] = {
     "list_runs": ("runs",),
     "compare_runs": ("baseline_id", "candidates", "notes"),
     "render_report": ("report_id", "kind", "title", "resource_uri", "figures"),
+    "calibrate_deployment": ("name", "factors", "fitted", "held", "residual_spread", "warnings"),
 }  # fmt: skip
 """Per tool, the output fields its listed schema describes; the result holds more."""
 
@@ -60,6 +61,10 @@ LISTING_ONLY = ("cli_aliases", "maxLength", "minLength")
 
 SHARED_OWNER = "estimate_memory_fit"
 """The tool whose listing describes the deployment fields every sizing tool shares."""
+SHARED_DETAIL = ("description", "minimum", "maximum", "exclusiveMinimum", "default", "enum", "type")
+"""What the shared fields list under their owner only: words, type, choices, bounds and
+defaults. The other tools list the name alone and say whose listing describes it; the
+server validates every argument with the full model, and its error names the field."""
 
 
 def shared_fields() -> frozenset[str]:
@@ -96,6 +101,10 @@ def compact_tool(tool: dict[str, Any], shared: frozenset[str] = frozenset()) -> 
         out["inputSchema"] = compact_input(out["inputSchema"])
         if out["name"] != SHARED_OWNER:
             _undescribe(out["inputSchema"], shared, out)
+        if out["name"] in LOAD_BORROWERS:
+            _undescribe(
+                out["inputSchema"], LOAD_FIELDS, out, owner=LEVER_OWNER, what="Load and length"
+            )
         _listed_once(out["inputSchema"], lever_fields(), out)
         _listed_once(out["inputSchema"], TRACE_OPTIONS, out, TRACE_OWNER, TRACE_SUMMARY, None)
     if isinstance(out.get("outputSchema"), dict):
@@ -105,21 +114,30 @@ def compact_tool(tool: dict[str, Any], shared: frozenset[str] = frozenset()) -> 
     return out
 
 
-SHARED_ONLY_OWNER = ("description", "minimum", "maximum", "exclusiveMinimum")
-"""What the shared deployment fields keep to the owner's listing: the words and the
-bounds (the other tools validate the same bounds, and their errors name them)."""
+LOAD_FIELDS = frozenset(
+    ("input_tokens", "output_tokens", "input_tokens_p95", "output_tokens_p95", "request_rate",
+     "concurrency", "burstiness", "num_requests", "seed", "calibration")
+)  # fmt: skip
+"""predict_performance's load, length and calibration fields, which the budget tool shares."""
+LOAD_BORROWERS = ("decompose_latency_budget",)
 
 
-def _undescribe(schema: dict[str, Any], shared: frozenset[str], tool: dict[str, Any]) -> None:
+def _undescribe(
+    schema: dict[str, Any],
+    shared: frozenset[str],
+    tool: dict[str, Any],
+    owner: str = SHARED_OWNER,
+    what: str = "Deployment",
+) -> None:
     props = schema.get("properties", {})
     named = [n for n in props if n in shared]
     for name in named:
-        for key in SHARED_ONLY_OWNER:
+        for key in SHARED_DETAIL:
             props[name].pop(key, None)
     if named:
         tool["description"] = (
             tool.get("description", "")
-            + f" Deployment fields ({', '.join(named[:4])}, ...) mean what they mean in {SHARED_OWNER}."
+            + f" {what} fields ({', '.join(named[:4])}, ...) mean what they mean in {owner}."
         )
 
 

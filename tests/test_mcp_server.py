@@ -84,6 +84,7 @@ def test_every_design_tool_is_listed_with_schemas_and_annotations(server) -> Non
         "compare_runs",
         "recommend_deployment",
         "render_report",
+        "calibrate_deployment",
     }
     for tool in tools.values():
         assert tool.output_schema, tool.name

@@ -1,0 +1,104 @@
+"""Calibrated vs published factors on published concurrency / batch sweeps.
+
+For every series of tests/data/calibration_sweeps.toml (SGLang and vLLM, dense and
+MoE, NVIDIA and AMD, each with its source and conditions): calibrate on the two
+lowest loads, predict every other load of the series at exactly its load and
+lengths, and print the error of the calibrated and of the published prediction per
+value. Target: >= 75 % of the predicted values within +-25 %, and every series
+better calibrated than not (by its mean absolute log error).
+
+    python bench/calibrate_accuracy.py
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+from inferwise.calculators.bench_files import MeasuredPoint
+from inferwise.calculators.deployment import Deployment
+from inferwise.calculators.roofline import StepModel
+from inferwise.calculators.user_calibration import (
+    calibrated_efficiency,
+    fit_deployment,
+    measured_values,
+    simulate_point,
+)
+
+SWEEPS = Path(__file__).resolve().parent.parent / "tests" / "data" / "calibration_sweeps.toml"
+DEPLOYMENT = set(Deployment.model_fields)
+
+
+def load_series() -> list[dict]:
+    with SWEEPS.open("rb") as fh:
+        return tomllib.load(fh)["series"]
+
+
+def points_of(series: dict) -> list[MeasuredPoint]:
+    pts = [
+        MeasuredPoint(source=f"{series['id']}#{i}", tool="vllm-bench", **p)
+        for i, p in enumerate(series["point"])
+    ]
+    return sorted(pts, key=lambda p: p.concurrency or p.num_requests)
+
+
+def evaluate(series: dict) -> list[tuple[str, str, float, float, float]]:
+    """(load, metric, measured, calibrated, published) for every held-out value."""
+    dep = Deployment(**{k: v for k, v in series.items() if k in DEPLOYMENT})
+    published = StepModel.from_deployment(dep)
+    pts = points_of(series)
+    fit = fit_deployment(lambda e: StepModel.from_deployment(dep, e), published.efficiency, pts[:2])
+    calibrated = StepModel.from_deployment(
+        dep, calibrated_efficiency(published.efficiency, fit.factors)
+    )
+    rows = []
+    for p in pts[2:]:
+        cal = simulate_point(calibrated, p, fit.factors.request_overhead_ms)
+        pub = simulate_point(published, p, 0.0)
+        for name, m in measured_values(p).items():
+            rows.append((p.load_label, name, m, cal[name], pub[name]))
+    return rows
+
+
+def main() -> int:
+    within = total = 0
+    worse: list[str] = []
+    t0 = time.perf_counter()
+    for series in load_series():
+        rows = evaluate(series)
+        print(
+            f"\n{series['id']}  ({series['engine']}, {series['gpu']}, {'MoE' if series['moe'] else 'dense'})"
+        )
+        print(
+            f"  {'load':<16} {'metric':<20} {'measured':>10} {'calibrated':>10} {'err':>7} {'published':>10} {'err':>7}"
+        )
+        cal_err = pub_err = 0.0
+        for load, name, m, c, p in rows:
+            print(
+                f"  {load:<16} {name:<20} {m:10.2f} {c:10.2f} {100 * (c / m - 1):6.1f}% {p:10.2f} {100 * (p / m - 1):6.1f}%"
+            )
+            within += abs(c / m - 1) <= 0.25
+            total += 1
+            cal_err += abs(math.log(c / m))
+            pub_err += abs(math.log(p / m))
+        verdict = "better" if cal_err < pub_err else "NOT better"
+        print(
+            f"  mean |log error|: calibrated {cal_err / len(rows):.3f}, published {pub_err / len(rows):.3f} ({verdict})"
+        )
+        if cal_err >= pub_err:
+            worse.append(series["id"])
+    share = within / total if total else 0.0
+    print(
+        f"\n{within}/{total} held-out values within +-25 % calibrated ({100 * share:.0f} %; target >= 75 %)"
+    )
+    print(
+        f"series not better calibrated: {', '.join(worse) or 'none'}  ({time.perf_counter() - t0:.1f} s)"
+    )
+    return 0 if share >= 0.75 and not worse else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Calibration against the real llama.cpp engine on this machine's CPU: figures.
+
+Starts llama-server (4 slots, one thread) on the generated test model, probes
+concurrency 1, 2, 4 and 8 (12 requests each, 48-token prompts, 32 output
+tokens), calibrates on 1 and 2 with the CPU as custom hardware, and prints, for
+4 and 8, measured vs calibrated vs published TTFT, ITL and output throughput.
+The engine test (tests/engine/test_engine_calibrate.py) asserts +-20 %.
+
+    python bench/calibrate_engine.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from inferwise.probes.llamacpp import LlamaServer, ensure_llama_server, write_test_model
+from tests.engine.conftest import MODEL_SEED, N_SLOTS
+from tests.engine.test_engine_calibrate import calibrate_and_predict, model_folder, probe_sweep
+
+
+def once(root: Path) -> None:
+    model = write_test_model(root / "test-llama.gguf", seed=MODEL_SEED)
+    with LlamaServer(
+        model_path=model.path, binary=ensure_llama_server(), n_parallel=N_SLOTS,
+        log_path=root / "llama-server.log",
+    ) as server:  # fmt: skip
+        runs = probe_sweep(server, root / "runs.db", (1, 2, 4, 8))
+    folder = model_folder(model, root, server.alias)
+    table = calibrate_and_predict(root / "runs.db", folder, N_SLOTS, runs)
+    print(
+        f"{'load':>6} {'metric':<20} {'measured':>9} {'calibrated':>10} {'err':>7} {'published':>9} {'err':>7}"
+    )
+    for c, metrics in table.items():
+        for name, (m, cal, pub) in metrics.items():
+            print(
+                f"{c:>6} {name:<20} {m:9.2f} {cal:10.2f} {100 * (cal / m - 1):6.1f}% {pub:9.2f} {100 * (pub / m - 1):6.1f}%"
+            )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    for _ in range(args.repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            once(Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

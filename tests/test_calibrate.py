@@ -1,0 +1,313 @@
+"""`inferwise calibrate`, `calibrations list|show|delete`, `--calibration` in predict/budget,
+`runs import` and `explain`: on the benchmark-file fixtures of tests/data/bench_results
+(vLLM, guidellm and AIPerf layouts, numbers from a known truth: see make_fixtures.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from inferwise.calculators.bench_files import read_bench_file
+from inferwise.calculators.errors import InputError
+from inferwise.calculators.user_calibration import measured_values, simulate_point
+from inferwise.server.cli import main
+
+DATA = Path(__file__).parent / "data" / "bench_results"
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+DEP = ["--model", MODEL, "--gpu", "h100-sxm-80gb"]
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "runs.db"
+    monkeypatch.setenv("INFERWISE_DB", str(path))
+    return path
+
+
+def _json(capsys, argv: list[str]) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _calibrations(db: Path) -> int:
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as conn:
+        have = conn.execute("SELECT name FROM sqlite_master WHERE name='calibrations'").fetchone()
+        return conn.execute("SELECT count(*) FROM calibrations").fetchone()[0] if have else 0
+
+
+# --------------------------------------------------------------------------- file readers
+
+
+def test_vllm_result_reads_summary_and_per_request_lists_in_ms() -> None:
+    (p,) = read_bench_file(DATA / "vllm_c1.json")
+    raw = json.loads((DATA / "vllm_c1.json").read_text())
+    assert p.tool == "vllm-bench" and p.model == MODEL and p.concurrency == 1
+    assert p.num_requests == raw["completed"]
+    assert p.input_tokens_mean == pytest.approx(raw["total_input_tokens"] / raw["completed"])
+    assert p.ttft_ms == raw["mean_ttft_ms"] and p.itl_ms == raw["mean_itl_ms"]
+    assert p.output_tokens_per_s == raw["output_throughput"]
+    # ttfts and itls are seconds in the file, milliseconds here
+    assert p.ttfts_ms[0] == pytest.approx(raw["ttfts"][0] * 1e3)
+    assert p.itls_ms[0][0] == pytest.approx(raw["itls"][0][0] * 1e3)
+    assert p.input_lens == raw["input_lens"]
+
+
+def test_guidellm_report_gives_one_point_per_benchmark_with_its_strategy() -> None:
+    points = read_bench_file(DATA / "guidellm_report.json")
+    assert [p.concurrency for p in points] == [1, 16, 32]
+    raw = json.loads((DATA / "guidellm_report.json").read_text())["benchmarks"][1]["metrics"]
+    # request_latency is in seconds in guidellm's report
+    assert points[1].e2e_ms == pytest.approx(raw["request_latency"]["successful"]["mean"] * 1e3)
+    assert points[1].ttft_ms == raw["time_to_first_token_ms"]["successful"]["mean"]
+
+
+def test_aiperf_export_reads_metric_objects_and_loadgen() -> None:
+    (p,) = read_bench_file(DATA / "aiperf_c8.json")
+    raw = json.loads((DATA / "aiperf_c8.json").read_text())
+    assert p.tool == "aiperf" and p.concurrency == 8 and p.model == MODEL
+    assert p.ttft_ms == raw["time_to_first_token"]["avg"]
+    assert p.output_tokens_per_s == raw["output_token_throughput"]["avg"]
+
+
+def test_a_rate_run_of_vllm_is_open_loop(tmp_path) -> None:
+    raw = json.loads((DATA / "vllm_c4.json").read_text())
+    raw.update(max_concurrency=None, request_rate=2.5)
+    f = tmp_path / "rate.json"
+    f.write_text(json.dumps(raw))
+    (p,) = read_bench_file(f)
+    assert p.concurrency is None and p.request_rate == 2.5 and p.load_label == "2.5 req/s"
+
+
+def test_unknown_format_is_refused_by_name(tmp_path) -> None:
+    f = tmp_path / "other.json"
+    f.write_text(json.dumps({"latency": 3}))
+    with pytest.raises(InputError, match="unknown benchmark file format") as exc:
+        read_bench_file(f)
+    assert exc.value.field == "from_file"
+
+
+# --------------------------------------------------------------------------- the fit
+
+
+def test_calibrating_on_two_low_loads_predicts_higher_loads(db, capsys) -> None:
+    """The fixtures' truth is 0.6 x compute, 0.7 x bandwidth, 2 x step overhead and a 25 ms
+    per-request cost of the published factors: calibrated on concurrency 1 and 4, the
+    predictions at 8 to 64 land within 15 % and beat the published factors everywhere."""
+    out = _json(
+        capsys,
+        ["calibrate", "--name", "h100", *DEP, "--from-file",
+         str(DATA / "vllm_c1.json"), str(DATA / "vllm_c4.json")],
+    )  # fmt: skip
+    assert out["rms_log_error_calibrated"] < out["rms_log_error_published"] / 5
+    assert {"compute_fraction", "bandwidth_fraction"} <= set(out["fitted"])
+    assert [p["load"] for p in out["points"]] == ["concurrency 1", "concurrency 4"]
+    assert set(out["residual_spread"]) == {"ttft_ms", "itl_ms", "output_tokens_per_s"}
+    assert [p["source"] for p in out["provenance"]][0].endswith("vllm_c1.json")
+    held = [
+        *read_bench_file(DATA / "guidellm_report.json")[1:],
+        *read_bench_file(DATA / "aiperf_c8.json"),
+        *read_bench_file(DATA / "aiperf_c64.json"),
+    ]
+    published, calibrated = _models(out)
+    for p in held:
+        cal = simulate_point(calibrated, p, out["factors"]["request_overhead_ms"])
+        pub = simulate_point(published, p, 0.0)
+        for name, measured in measured_values(p).items():
+            err_cal = abs(math.log(cal[name] / measured))
+            assert err_cal < math.log(1.15), (p.load_label, name, cal[name], measured)
+            assert err_cal < abs(math.log(pub[name] / measured)), (p.load_label, name)
+    # predict --calibration applies the same factors (its closed loop leaves the ramp out,
+    # which changes TTFT at high load, not the ITL of the steady state)
+    args = [
+        "predict",
+        *DEP,
+        "--concurrency",
+        "16",
+        "--input-tokens",
+        "1000",
+        "--output-tokens",
+        "200",
+    ]
+    pred = _json(capsys, [*args, "--calibration", "h100"])
+    c16 = held[0]
+    assert abs(math.log(pred["itl_ms"]["mean"] / c16.itl_ms)) < math.log(1.15)
+    assert pred["calibration"]["name"] == "h100"
+    assert pred["calibration"]["residual_spread"]["itl_ms"]["p10"] > 0.9
+    assert any("calibration 'h100'" in a for a in pred["assumptions"])
+    assert pred["ttft_ms"]["mean"] > _json(capsys, args)["ttft_ms"]["mean"]  # + 25 ms per request
+
+
+def _models(out: dict) -> tuple:
+    from inferwise.calculators.deployment import Deployment
+    from inferwise.calculators.roofline import StepModel
+    from inferwise.calculators.user_calibration import CalibratedFactors, calibrated_efficiency
+
+    dep = Deployment(model=MODEL, gpu="h100-sxm-80gb")
+    published = StepModel.from_deployment(dep)
+    eff = calibrated_efficiency(published.efficiency, CalibratedFactors(**out["factors"]))
+    return published, StepModel.from_deployment(dep, eff)
+
+
+def test_one_load_warns_and_holds_what_it_cannot_identify(db, capsys) -> None:
+    out = _json(
+        capsys, ["calibrate", "--name", "one", *DEP, "--from-file", str(DATA / "vllm_c1.json")]
+    )
+    assert any("at one load" in w for w in out["warnings"])
+    assert out["held"] and not set(out["held"]) & set(out["fitted"])
+    assert len(out["fitted"]) <= 3  # three values (TTFT, ITL, throughput) fit at most three
+
+
+def test_bad_inputs_exit_2_and_store_nothing(db, capsys, tmp_path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"latency": 3}))
+    cases = [
+        (["--from-file", str(other)], "unknown benchmark file format"),
+        (["--from-file", str(DATA / "vllm_c1.json"), str(tmp_path / "missing.json")], "no such"),
+        ([], "no measurements given"),
+    ]
+    for extra, message in cases:
+        assert main(["calibrate", "--name", "bad", *DEP, *extra]) == 2
+        assert message in capsys.readouterr().err
+    # a run of another model than --model
+    mistral = ["--model", "mistralai/Mistral-7B-Instruct-v0.3", "--gpu", "h100"]
+    assert (
+        main(["calibrate", "--name", "bad", *mistral, "--from-file", str(DATA / "vllm_c1.json")])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "measured model 'meta-llama/Llama-3.1-8B-Instruct'" in err
+    # fewer values than a fit needs: a summary with only a TTFT
+    raw = json.loads((DATA / "vllm_c4.json").read_text())
+    for k in ("mean_itl_ms", "mean_tpot_ms", "output_throughput"):
+        raw.pop(k)
+    thin = tmp_path / "thin.json"
+    thin.write_text(json.dumps(raw))
+    assert main(["calibrate", "--name", "bad", *DEP, "--from-file", str(thin)]) == 2
+    assert "needs at least 2" in capsys.readouterr().err
+    assert (
+        main(["calibrate", "--name", "../x", *DEP, "--from-file", str(DATA / "vllm_c1.json")]) == 2
+    )
+    assert _calibrations(db) == 0
+
+
+def test_calibrations_list_show_delete(db, capsys) -> None:
+    assert (
+        main(["calibrate", "--name", "a", *DEP, "--from-file", str(DATA / "guidellm_report.json")])
+        == 0
+    )
+    capsys.readouterr()
+    rows = _json(capsys, ["calibrations", "list"])["calibrations"]
+    assert [r["name"] for r in rows] == ["a"] and rows[0]["sources"] == 3
+    shown = _json(capsys, ["calibrations", "show", "a"])
+    assert len(shown["points"]) == 3 and shown["deployment"]["model"] == MODEL
+    assert main(["calibrations", "delete", "a"]) == 0
+    capsys.readouterr()
+    assert main(["calibrations", "show", "a"]) == 2
+    assert "no calibration named 'a'" in capsys.readouterr().err
+    assert main(["predict", *DEP, "--calibration", "a"]) == 2
+
+
+def test_budget_uses_the_calibration(db, capsys) -> None:
+    assert main(["calibrate", "--name", "b", *DEP, "--from-file", str(DATA / "vllm_c1.json"),
+                 str(DATA / "vllm_c4.json")]) == 0  # fmt: skip
+    capsys.readouterr()
+    args = ["budget", *DEP, "--slo-e2e-ms", "p95=20000", "--request-rate", "1",
+            "--input-tokens", "1000", "--output-tokens", "200"]  # fmt: skip
+    cal = _json(capsys, [*args, "--calibration", "b"])
+    pub = _json(capsys, args)
+    assert any("calibration 'b'" in a for a in cal["assumptions"])
+    assert cal["itl_ms"]["p50"] > 1.2 * pub["itl_ms"]["p50"]  # the truth decodes slower
+
+
+# --------------------------------------------------------------------------- hardware outside the catalog
+
+
+def test_custom_hardware_needs_all_three_figures(db, capsys) -> None:
+    hw = ["--model", MODEL, "--gpu-memory-gib", "80", "--memory-bandwidth-gbps", "2000"]
+    assert main(["predict", *hw, "--concurrency", "1"]) == 2
+    assert "memory_bandwidth_gbps and tflops" in capsys.readouterr().err
+    slow = _json(capsys, ["predict", *hw, "--tflops", "400", "--concurrency", "1"])
+    fast = _json(capsys, ["predict", *hw[:-1], "4000", "--tflops", "400", "--concurrency", "1"])
+    assert slow["gpu"] == "custom"
+    # decode at batch 1 streams the weights: twice the bandwidth, half the memory time
+    # (the fixed per-step costs stay)
+    assert slow["step"]["memory_ms"] / fast["step"]["memory_ms"] == pytest.approx(2.0, rel=0.05)
+    assert slow["itl_ms"]["mean"] > fast["itl_ms"]["mean"]
+
+
+# --------------------------------------------------------------------------- runs import, explain
+
+
+def test_runs_import_stores_each_load_level(db, capsys) -> None:
+    out = _json(
+        capsys, ["runs", "import", str(DATA / "guidellm_report.json"), "--label", "gpu=h100"]
+    )
+    assert [r["load"] for r in out["runs"]] == ["concurrency 1", "concurrency 16", "concurrency 32"]
+    listed = _json(capsys, ["runs", "list"])["runs"]
+    assert {r["labels"]["source"] for r in listed} == {"guidellm"}
+    assert all(r["labels"]["gpu"] == "h100" for r in listed)
+    shown = _json(capsys, ["runs", "show", out["runs"][1]["run_id"]])
+    assert shown["summary"]["ttft_ms"]["mean"] == pytest.approx(
+        read_bench_file(DATA / "guidellm_report.json")[1].ttft_ms
+    )
+    detailed = _json(capsys, ["runs", "import", str(DATA / "vllm_c1.json")])
+    assert detailed["runs"][0]["request_rows"] == 12
+    rows = _json(capsys, ["runs", "show", detailed["runs"][0]["run_id"]])
+    assert rows["summary"]["completed"] == 12
+    assert main(["runs", "import", str(DATA / "make_fixtures.py")]) == 2
+    assert len(_json(capsys, ["runs", "list"])["runs"]) == 4
+
+
+def test_imported_runs_calibrate_and_explain(db, capsys) -> None:
+    ids = [
+        r["run_id"]
+        for r in _json(capsys, ["runs", "import", str(DATA / "guidellm_report.json")])["runs"]
+    ]
+    out = _json(capsys, ["calibrate", "--name", "r", *DEP, "--run", ids[0], ids[1]])
+    assert [p["source"] for p in out["provenance"]] == [f"run:{ids[0]}", f"run:{ids[1]}"]
+    ex = _json(capsys, ["explain", ids[2], "--gpu", "h100"])
+    assert ex["load"] == "concurrency 32" and ex["measured"]["ttft_ms"] > 0
+    causes = {p["cause"] for p in ex["attribution"]}
+    assert {"decode", "prefill", "queueing"} <= causes
+    # the truth decodes slower than the published factors: the decode gap is positive
+    decode = next(p for p in ex["attribution"] if p["cause"] == "decode")
+    assert decode["ms"] > 0 and ex["gap_pct"]["itl_ms"] > 10
+    calibrated = _json(capsys, ["explain", ids[2], "--calibration", "r"])
+    assert abs(calibrated["gap_pct"]["itl_ms"]) < abs(ex["gap_pct"]["itl_ms"])
+    assert main(["explain", ids[2]]) == 2  # no deployment: named
+    assert "explain needs the deployment" in capsys.readouterr().err
+
+
+def test_explain_names_outputs_that_stopped_early(db, capsys, tmp_path) -> None:
+    from inferwise.probes.store import RunStore
+
+    ids = [
+        r["run_id"] for r in _json(capsys, ["runs", "import", str(DATA / "vllm_c4.json")])["runs"]
+    ]
+    with RunStore(db) as store:  # the run asked for 400 tokens and got 200
+        store._conn.execute(
+            "UPDATE runs SET config = json_set(config, '$.output_tokens', 400) WHERE run_id = ?",
+            (ids[0],),
+        )
+        store._conn.commit()
+    ex = _json(capsys, ["explain", ids[0], "--gpu", "h100"])
+    mismatch = [p for p in ex["attribution"] if p["cause"] == "workload_mismatch"]
+    assert mismatch and "stopped early" in mismatch[0]["evidence"][0]
+
+
+def test_diagnose_and_plan_with_a_run(db, capsys, tmp_path) -> None:
+    ids = [
+        r["run_id"] for r in _json(capsys, ["runs", "import", str(DATA / "vllm_c4.json")])["runs"]
+    ]
+    wl = tmp_path / "wl.json"
+    wl.write_text(json.dumps({"deployment": {"model": MODEL, "gpu": "h100-sxm-80gb"}}))
+    diag = _json(capsys, ["diagnose", "--run", ids[0], "--workload", str(wl)])
+    assert diag["explain"]["run_id"] == ids[0]
+    plan = _json(capsys, ["plan", "--run", ids[0], "--workload", str(wl)])
+    assert any(f"calibrated from run {ids[0]}" in a for a in plan["assumptions"])
