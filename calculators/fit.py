@@ -132,15 +132,15 @@ class FitRequest(Deployment):
     )
     limit_mm_per_prompt: dict[str, Annotated[int, Field(ge=0, le=1_000_000)]] | None = Field(
         default=None,
-        description="Multimodal items per prompt by modality (vLLM --limit-mm-per-prompt), e.g. "
-        "image=0,video=0 to serve a vision-language model text-only, which skips the vision "
-        "encoder's start-up profiling. Default: vLLM's (V1: 999 per modality, V0: 1).",
+        description="Multimodal items per prompt (vLLM --limit-mm-per-prompt); image=0,video=0 "
+        "serves a vision-language model text-only. It skips the vision encoder's start-up "
+        "profiling. Default: vLLM's (V1: 999 per modality, V0: 1).",
     )
     mm_processor_kwargs: dict[str, int] = Field(
         default_factory=dict,
-        description="Processor limits that size the largest image vLLM profiles (vLLM "
-        "--mm-processor-kwargs): max_pixels (Qwen2/2.5/3-VL), max_dynamic_patch (InternVL), "
-        "num_crops (Phi-3.5-vision).",
+        description="Limits of the largest profiled image (vLLM --mm-processor-kwargs). "
+        "Keys: max_pixels (Qwen2/2.5/3-VL), max_dynamic_patch (InternVL), num_crops "
+        "(Phi-3.5-vision).",
     )
     flashinfer_sampler: bool | None = Field(
         default=None,
@@ -151,14 +151,14 @@ class FitRequest(Deployment):
     )
     chunked_local_attn_hybrid: bool = Field(
         default=False,
-        description="VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 is set: Llama 4's chunked "
-        "local-attention layers keep one chunk plus the batched tokens instead of the whole "
-        "context (vLLM 0.10+). Default: unset, whole context.",
+        description="VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (vLLM 0.10+). Llama 4's "
+        "chunked local-attention layers then keep one chunk plus the batched tokens instead of "
+        "the whole context. Default: unset, whole context.",
     )
     mxfp4_moe_kernel: Literal["marlin", "triton"] | None = Field(
         default=None,
-        description="MXFP4 MoE kernels vLLM runs (gpt-oss): Marlin (pads expert weights to "
-        "256/128) or OAI's triton_kernels (pads the intermediate size to 64); depends on what is "
+        description="MXFP4 MoE kernel vLLM runs (gpt-oss). Marlin pads expert weights to "
+        "256/128, OAI's triton_kernels the intermediate size to 64; it depends on what is "
         "installed. Default: triton_kernels on Hopper from vLLM 0.11, else Marlin, and the fit "
         "shows the KV range between the two.",
     )

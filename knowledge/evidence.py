@@ -76,8 +76,8 @@ class Analysis:
     gpu: Any | None = None
 
     def put(self, name: str, value: Any, source: str, note: str = "") -> None:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return  # a ratio of a huge and a tiny figure is no fact to reason on
         self.facts[name] = Fact(value, source, note)
 
     def value(self, name: str) -> Any:

@@ -101,6 +101,14 @@ def compact_tool(tool: dict[str, Any], shared: frozenset[str] = frozenset()) -> 
         out["inputSchema"] = compact_input(out["inputSchema"])
         if out["name"] != SHARED_OWNER:
             _undescribe(out["inputSchema"], shared, out)
+        if out["name"] in WORKLOAD_BORROWERS:
+            _undescribe(
+                out["inputSchema"],
+                frozenset({"workload"}),
+                out,
+                owner=WORKLOAD_OWNER,
+                what="Workload",
+            )
         if out["name"] in LOAD_BORROWERS:
             _undescribe(
                 out["inputSchema"], LOAD_FIELDS, out, owner=LEVER_OWNER, what="Load and length"
@@ -120,6 +128,9 @@ LOAD_FIELDS = frozenset(
 )  # fmt: skip
 """predict_performance's load, length and calibration fields, which the budget tool shares."""
 LOAD_BORROWERS = ("decompose_latency_budget",)
+WORKLOAD_OWNER = "plan_experiments"
+WORKLOAD_BORROWERS = ("recommend_deployment", "diagnose_bottleneck")
+"""The tools whose workload field means what plan_experiments' says (described once)."""
 
 
 def _undescribe(
@@ -142,13 +153,11 @@ def _undescribe(
 
 
 LEVER_SUMMARY = (
-    " What-if levers. Speculative decoding: speculative_method (ngram, eagle, eagle3, mtp, "
-    "draft_model), num_speculative_tokens (K, 1-16), spec_acceptance_length (tokens per verify "
-    "step at K) or spec_acceptance_rate (per token), draft_model, spec_task (chat, code, "
-    "math). Prefix caching: "
-    "prefix_cache_hit_rate (0-1, share of prompt tokens cached), prefix_cache_distinct_prefixes. "
-    "Disaggregation: disaggregate ('P:D' workers), kv_transfer_gbps (Gbit/s per "
-    "worker), kv_transfer_latency_ms."
+    " Levers: speculative_method (ngram, eagle, eagle3, mtp, draft_model), "
+    "num_speculative_tokens (K, 1-16), spec_acceptance_length (tokens per verify step at K) or "
+    "spec_acceptance_rate (per token), draft_model, spec_task (chat, code, math); "
+    "prefix_cache_hit_rate (0-1 of prompt tokens), prefix_cache_distinct_prefixes; "
+    "disaggregate ('P:D' workers), kv_transfer_gbps (per worker), kv_transfer_latency_ms."
 )
 """The lever fields in words: cheaper in the listing than ten described properties."""
 
@@ -256,8 +265,8 @@ def _walk(node: Any, defs: dict[str, Any], short: bool) -> Any:
     for key, value in node.items():
         if key == "title" and isinstance(value, str):
             continue  # restates the property name
-        if key in LISTING_ONLY or (key == "default" and value is None):
-            continue  # null is what an optional field defaults to
+        if key in LISTING_ONLY or (key == "default" and value in (None, {}, [])):
+            continue  # null, nothing, is what an optional field defaults to
         if key in ("maximum", "exclusiveMaximum") and _is_sanity_cap(value):
             continue  # a bound against absurd input, not a limit a caller plans with
         if key == "description" and isinstance(value, str) and short:

@@ -14,6 +14,7 @@ import concurrent.futures
 import json
 import math
 import os
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -27,6 +28,7 @@ from inferwise.server.registry import BY_TOOL
 LIMIT_S = 10.0
 EXAMPLES = int(os.environ.get("INFERWISE_FUZZ_EXAMPLES", "100"))
 """Examples per tool; CI runs 100, a deeper local run sets more."""
+BENCH_RESULTS = Path(__file__).parent / "data" / "bench_results"
 DEPLOYMENT = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100"}
 WORKLOAD = {
     "traffic": {"arrival_rate_rps": 2, "input_tokens": {"p50": 800}, "output_tokens": {"p50": 200}},
@@ -48,6 +50,11 @@ VALID = {
     "list_runs": {},
     "compare_runs": {"run_ids": ["a", "b"]},
     "render_report": {"run_ids": ["latest"]},
+    "calibrate_deployment": {
+        **DEPLOYMENT,
+        "name": "fuzz",
+        "from_file": [str(BENCH_RESULTS / "vllm_c1.json"), str(BENCH_RESULTS / "vllm_c4.json")],
+    },
     "recommend_deployment": {
         "model": ["meta-llama/Llama-3.2-1B-Instruct"],
         "gpus": ["l4"],
