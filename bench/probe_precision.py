@@ -92,6 +92,7 @@ def probe_records(
         db=db,
         seed=concurrency,
         workers=args.workers,
+        cluster=getattr(args, "cluster", None),
     )
     result = asyncio.run(run_probe(req))
     return RunStore(db).requests(result.run_id), result.summary

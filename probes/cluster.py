@@ -37,7 +37,7 @@ from inferwise.probes.records import RequestRecord
 
 OnRecord = Callable[[RequestRecord, float | None], Awaitable[None]]
 OFFSET_SAMPLES = 5
-POLL_S = 0.02
+POLL_S = 0.05
 LIVENESS_EVERY_S = 0.5
 READY_TIMEOUT_S = 120.0
 START_LEAD_S = 0.1

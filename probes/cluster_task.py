@@ -5,31 +5,31 @@ The measuring itself is the same lean client as a local run: the task starts the
 so the Dask worker's threads and heartbeats share no interpreter lock with the
 timestamps), hands it the setup and its share of the schedule, and relays the child's
 finished-request lines to the driver through a Dask queue in small batches (every
-~20 ms), so the driver stores each request as it completes.
+~50 ms), so the driver stores each request as it completes.
 
 Clocks: the driver measured this worker's offset before the task started and sends the
 run's origin, start and deadline already shifted into this machine's monotonic clock;
 the child's timestamps, relative to that origin, are then on the driver's timeline.
 
-The task stops its child early when the driver sets the run's stop event (Ctrl-C) or
-when the driver's future for it is released (the driver died): then the child finishes
-nothing more and the slice ends, bounded by the call's time cap in any case.
+The task stops its child early when the driver sets the run's stop event (Ctrl-C); when
+the driver's future for it is released (the driver died) Dask cancels the task, and the
+child, its stdin closed, cancels what it had in flight. Either way the slice is bounded by
+the call's time cap.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import json
-import queue
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-RELAY_EVERY_S = 0.02
+RELAY_EVERY_S = 0.05
 RELAY_MAX_LINES = 500
 CHECK_STOP_EVERY_S = 0.25
 
@@ -62,44 +62,56 @@ def worker_clock() -> float:
     return time.monotonic()
 
 
-def run_slice(spec: SliceSpec) -> dict[str, Any]:
-    """Run one slice to its end and relay its records; returns what the child reported."""
+async def run_slice(spec: SliceSpec) -> dict[str, Any]:
+    """Run one slice to its end and relay its records; returns what the child reported.
+
+    A coroutine, so Dask runs it on the worker's event loop: no pool thread is held, and
+    the worker's profiler (which samples task threads every 10 ms) leaves it alone."""
     from distributed import Event, Queue, Variable
 
     claimed = Event(spec.names["claimed"])
-    if claimed.is_set():
+    if await _aw(claimed.is_set()):
         # the scheduler re-ran this slice after its worker died: its requests were already
         # accounted for (worker_lost), so sending them again would double the load
         return {"slice": spec.slice_no, "skipped": True}
-    claimed.set()
-    out = Queue(spec.names["queue"])
-    child = _start_child(spec)
+    await _aw(claimed.set())
+    out = await _aw(Queue(spec.names["queue"]))
+    child = await _start_child(spec)
     try:
-        ready = child.stdout.readline()
-        if not ready.startswith("{") or not json.loads(ready).get("ready"):
-            raise RuntimeError(f"client worker did not start: {_child_error(child)}")
-        out.put(("ready", spec.slice_no, None))
-        go = Variable(spec.names["go"]).get(timeout=300)
+        ready = await child.stdout.readline()
+        if not ready.startswith(b"{") or not json.loads(ready).get("ready"):
+            raise RuntimeError(f"client worker did not start: {await _child_error(child)}")
+        await _aw(out.put(("ready", spec.slice_no, None)))
+        go = await _aw(Variable(spec.names["go"]).get(timeout=300))
         _send(child, {"go": _shifted_go(spec, go)})
-        return _relay(spec, child, out, Event(spec.names["stop"]))
+        return await _relay(spec, child, out, Event(spec.names["stop"]))
     finally:
         with contextlib.suppress(Exception):
             child.stdin.close()
         try:
-            child.wait(10)
-        except subprocess.TimeoutExpired:
-            child.kill()
+            await asyncio.wait_for(child.wait(), 10)
+        except (TimeoutError, asyncio.CancelledError):
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+        child.log.close()
 
 
-def _start_child(spec: SliceSpec) -> Any:
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - read on failure, closed with the process
-    child = subprocess.Popen(
-        [sys.executable, "-m", "inferwise.probes.workers"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
+async def _aw(x: Any) -> Any:
+    """Dask's coordination objects answer with a coroutine on an asynchronous client (the
+    worker's, inside a coroutine task) and with the value on a synchronous one."""
+    return await x if inspect.isawaitable(x) else x
+
+
+async def _start_child(spec: SliceSpec) -> Any:
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed when the slice ends
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "inferwise.probes.workers",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
         stderr=log,
-        text=True,
-        bufsize=1,
+        limit=1 << 26,
     )
     child.log = log  # type: ignore[attr-defined]
     setup = {**spec.setup, "worker": spec.slice_no, "origin": spec.setup["origin"] + spec.offset_s}
@@ -107,9 +119,9 @@ def _start_child(spec: SliceSpec) -> Any:
     return child
 
 
-def _child_error(child: Any) -> str:
+async def _child_error(child: Any) -> str:
     with contextlib.suppress(Exception):
-        child.wait(5)
+        await asyncio.wait_for(child.wait(), 5)
     child.log.seek(0)
     lines = child.log.read().decode(errors="replace").strip().splitlines()
     return lines[-1] if lines else f"exit code {child.returncode}"
@@ -117,8 +129,7 @@ def _child_error(child: Any) -> str:
 
 def _send(child: Any, msg: dict[str, Any]) -> None:
     with contextlib.suppress(Exception):
-        child.stdin.write(json.dumps(msg) + "\n")
-        child.stdin.flush()
+        child.stdin.write((json.dumps(msg) + "\n").encode())
 
 
 def _shifted_go(spec: SliceSpec, go: dict[str, Any]) -> dict[str, Any]:
@@ -136,53 +147,46 @@ def _shifted_go(spec: SliceSpec, go: dict[str, Any]) -> dict[str, Any]:
     return msg
 
 
-def _relay(spec: SliceSpec, child: Any, out: Any, stop: Any) -> dict[str, Any]:
-    """Forward the child's record lines in batches until it says done."""
-    lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+async def _relay(spec: SliceSpec, child: Any, out: Any, stop: Any) -> dict[str, Any]:
+    """Forward the child's record lines in batches until it says done; tell it to stop
+    when the driver sets the run's stop event."""
+    lines: asyncio.Queue[bytes] = asyncio.Queue()
 
-    def read() -> None:
-        for line in child.stdout:
-            lines.put(line)
-        lines.put(None)
+    async def read() -> None:
+        while line := await child.stdout.readline():
+            lines.put_nowait(line)
+        lines.put_nowait(b"")
 
-    threading.Thread(target=read, name="inferwise-relay", daemon=True).start()
+    reader = asyncio.ensure_future(read())
     batch: list[str] = []
     lag: list[float] = []
     next_check = time.monotonic() + CHECK_STOP_EVERY_S
     stopping = ended = False
-    while not ended:
-        try:
-            line = lines.get(timeout=RELAY_EVERY_S)
-        except queue.Empty:
-            line = ""
-        if line is None:
-            ended = True
-        elif line.startswith('{"r"'):
-            batch.append(line)
-        elif line.startswith('{"lag"'):
-            lag = json.loads(line)["lag"]
-        elif line.startswith('{"done"'):
-            ended = True
-        if batch and (ended or line == "" or len(batch) >= RELAY_MAX_LINES):
-            out.put(("records", spec.slice_no, batch))
-            batch = []
-        if not stopping and time.monotonic() >= next_check:
-            next_check = time.monotonic() + CHECK_STOP_EVERY_S
-            if stop.is_set() or not _still_wanted():
-                _send(child, {"stop": True})
-                stopping = True
-    out.put(("done", spec.slice_no, lag))
-    return {"slice": spec.slice_no, "lag_samples": len(lag)}
-
-
-def _still_wanted() -> bool:
-    """False once the scheduler cancelled this task (its driver released the future or
-    died); best effort, as the worker's task table is read from this thread."""
+    flush_at = time.monotonic() + RELAY_EVERY_S
     try:
-        from distributed import get_worker
-        from distributed.worker import thread_state
-
-        ts = get_worker().state.tasks.get(thread_state.key)
-        return ts is None or ts.state not in ("cancelled", "released", "forgotten")
-    except Exception:
-        return True
+        while not ended:
+            try:
+                line = await asyncio.wait_for(lines.get(), max(0.001, flush_at - time.monotonic()))
+            except TimeoutError:
+                line = None
+            if line == b"" or (line and line.startswith(b'{"done"')):
+                ended = True
+            elif line and line.startswith(b'{"r"'):
+                batch.append(line.decode())
+            elif line and line.startswith(b'{"lag"'):
+                lag = json.loads(line)["lag"]
+            now = time.monotonic()
+            if batch and (ended or now >= flush_at or len(batch) >= RELAY_MAX_LINES):
+                await _aw(out.put(("records", spec.slice_no, batch)))
+                batch = []
+            if now >= flush_at:
+                flush_at = now + RELAY_EVERY_S
+            if not stopping and now >= next_check:
+                next_check = now + CHECK_STOP_EVERY_S
+                if await _aw(stop.is_set()):
+                    _send(child, {"stop": True})
+                    stopping = True
+    finally:
+        reader.cancel()
+    await _aw(out.put(("done", spec.slice_no, lag)))
+    return {"slice": spec.slice_no, "lag_samples": len(lag)}
