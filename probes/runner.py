@@ -230,7 +230,8 @@ class ProbeRequest(BaseModel):
     cluster: str | None = Field(
         None,
         max_length=300,
-        description="Spread the load over a Dask cluster: tcp://SCHEDULER:PORT or tls://... (the scheduler passes the URL policy), or local:N to start N local workers. Needs inferwise[distributed].",
+        description="Spread the load over Dask workers: scheduler tcp://HOST:PORT or tls://HOST:PORT, or local:N. "
+        "With local:N, N workers start on this machine; a scheduler passes the same policy as the URL. Needs inferwise[distributed].",
     )
     cluster_tls_ca: str | None = Field(
         None, description="CA file for a tls:// scheduler (default: $INFERWISE_DASK_TLS_CA)."

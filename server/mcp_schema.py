@@ -202,8 +202,8 @@ def _walk(node: Any, defs: dict[str, Any], short: bool) -> Any:
     for key, value in node.items():
         if key == "title" and isinstance(value, str):
             continue  # restates the property name
-        if key in LISTING_ONLY or (key == "default" and value is None):
-            continue  # null is what an optional field defaults to
+        if key in LISTING_ONLY or (key == "default" and value in (None, {}, [])):
+            continue  # null (or empty) is what an optional field defaults to
         if key in ("maximum", "exclusiveMaximum") and _is_sanity_cap(value):
             continue  # a bound against absurd input, not a limit a caller plans with
         if key == "description" and isinstance(value, str) and short:
@@ -240,6 +240,9 @@ def _fold_nullable(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def _first_sentence(text: str) -> str:
+    """The description's first sentence, without its closing full stop (a listed
+    description is one sentence; the stop costs a character in every one of them)."""
     text = text.strip()
     m = SENTENCE_END.search(text)
-    return text[: m.start() + 1] if m else text
+    first = text[: m.start() + 1] if m else text
+    return first[:-1] if first.endswith(".") and not first.endswith("..") else first
