@@ -205,6 +205,7 @@ def run_point(
         "concurrency": concurrency,
         "matched_requests": n,
         "failed": s.failed,
+        "request_throughput": s.request_throughput,
         "ttft_error_ms": {
             "median": _pct(ttft_err, 50),
             "p90": _pct(ttft_err, 90),

@@ -114,9 +114,21 @@ async def _start_child(spec: SliceSpec) -> Any:
         limit=1 << 26,
     )
     child.log = log  # type: ignore[attr-defined]
+    _widen_pipe(child)
     setup = {**spec.setup, "worker": spec.slice_no, "origin": spec.setup["origin"] + spec.offset_s}
     _send(child, setup)
     return child
+
+
+def _widen_pipe(child: Any) -> None:
+    """Give the child's stdout pipe 1 MiB (Linux; the default is 64 KiB, ~40 records): a
+    full pipe would block the child's loop, and every stream's timestamps with it, whenever
+    this worker's loop is slow to read."""
+    import fcntl
+
+    with contextlib.suppress(Exception):
+        fd = child.stdout._transport.get_extra_info("pipe").fileno()
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
 
 
 async def _child_error(child: Any) -> str:

@@ -200,3 +200,30 @@ def test_clock_drift_is_reported_only_beyond_the_measurements_uncertainty() -> N
     assert "+10.0 ms" in drift_note(s)
     info = cluster_info("tcp://x:1", [s])
     assert info.workers[0].clock_offset_ms == 500.0
+
+
+def test_the_mcp_tool_takes_cluster_under_the_operators_allowlist(tmp_path, monkeypatch) -> None:
+    from mcp.client import Client
+
+    from inferwise.server import mcp_server
+
+    monkeypatch.setenv("INFERWISE_DB", str(tmp_path / "runs.db"))
+    monkeypatch.setenv("INFERWISE_MCP_ALLOW_HOSTS", "127.0.0.1")
+    server = mcp_server.build_server()
+
+    async def go():
+        async with Client(server) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            base = {"url": "http://127.0.0.1:9", "model": "m", "requests": 1}
+            bad = await client.call_tool("probe_endpoint", {**base, "cluster": "bogus"})
+            private = await client.call_tool(
+                "probe_endpoint", {**base, "cluster": "tcp://10.9.9.9:8786"}
+            )
+            return tools["probe_endpoint"], bad, private
+
+    tool, bad, private = asyncio.run(go())
+    props = tool.input_schema["properties"]
+    assert "cluster" in props and not any(k.startswith("cluster_tls") for k in props)
+    assert bad.is_error and "cluster" in bad.content[0].text
+    # strict mode: the scheduler is refused unless the operator allowlisted it
+    assert private.is_error and "10.9.9.9" in private.content[0].text
