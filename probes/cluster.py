@@ -79,11 +79,12 @@ class ClusterConnection:
                 tls_client_key=target.tls_key,
                 require_encryption=True,
             )
+        client = distributed.Client(addr, asynchronous=True, security=security, timeout=10)
         try:
-            client = await asyncio.wait_for(
-                distributed.Client(addr, asynchronous=True, security=security, timeout=10), 20
-            )
+            await asyncio.wait_for(client, 20)
         except Exception as exc:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), 5)
             raise OperationalError(
                 f"could not connect to the Dask scheduler at {target.address}: "
                 f"{type(exc).__name__}: {exc}"
@@ -333,7 +334,7 @@ class ClusterRun:
             s.future = self.conn.client.submit(
                 run_slice,
                 spec,
-                key=f"inferwise-probe-{self.run_key}-{s.no}",
+                key=spec.names["key"],
                 workers=[s.address],
                 allow_other_workers=False,
                 pure=False,
@@ -519,6 +520,9 @@ def apply_cluster_health(summary: Any, info: ClusterInfo) -> None:
 
     health = summary.client_health
     health.workers = len(info.workers)
+    # the pooled samples' note would advise --workers; each worker is named below instead
+    health.notes = [n for n in health.notes if not n.startswith("client event loop lagged")]
+    health.saturated = bool(health.notes)
     for w in info.workers:
         if w.saturated:
             health.saturated = True

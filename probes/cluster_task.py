@@ -54,6 +54,7 @@ def names_for(run_key: str, slice_no: int) -> dict[str, str]:
         "go": f"inferwise-{run_key}-go",
         "stop": f"inferwise-{run_key}-stop",
         "claimed": f"inferwise-{run_key}-claimed-{slice_no}",
+        "key": f"inferwise-probe-{run_key}-{slice_no}",
     }
 
 
@@ -195,10 +196,22 @@ async def _relay(spec: SliceSpec, child: Any, out: Any, stop: Any) -> dict[str, 
                 flush_at = now + RELAY_EVERY_S
             if not stopping and now >= next_check:
                 next_check = now + CHECK_STOP_EVERY_S
-                if await _aw(stop.is_set()):
+                if not _still_wanted(spec.names["key"]) or await _aw(stop.is_set()):
                     _send(child, {"stop": True})
                     stopping = True
     finally:
         reader.cancel()
     await _aw(out.put(("done", spec.slice_no, lag)))
     return {"slice": spec.slice_no, "lag_samples": len(lag)}
+
+
+def _still_wanted(key: str) -> bool:
+    """False once the scheduler released this task: the driver's client is gone (it died
+    or was killed), so nobody would store what the slice still sends."""
+    try:
+        from distributed import get_worker
+
+        ts = get_worker().state.tasks.get(key)
+    except Exception:
+        return True
+    return ts is not None and ts.state not in ("cancelled", "released", "forgotten")

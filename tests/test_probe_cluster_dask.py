@@ -226,3 +226,37 @@ def test_ctrl_c_of_the_driver_marks_the_run_interrupted_and_keeps_what_finished(
     assert _served(refserver) == served
     with contextlib.closing(sqlite3.connect(db)) as c:
         assert c.execute("SELECT status FROM runs").fetchone()[0] == "interrupted"
+
+
+def test_a_driver_that_dies_keeps_what_it_stored_and_the_workers_stop(
+    dask_cluster, refserver, tmp_path
+) -> None:
+    from inferwise.probes.runs import ShowRunRequest, show_run
+
+    db = str(tmp_path / "r.db")
+    driver = subprocess.Popen(
+        [str(BIN / "inferwise"), "probe", refserver, "--model", "ref-model",
+         "--cluster", dask_cluster, "--concurrency", "8", "--requests", "400",
+         "--output-tokens", "48", "--no-calibrate", "--metrics-interval-s", "0", "--db", db],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        end = time.monotonic() + 60
+        while _stored(db) < 10 and time.monotonic() < end and driver.poll() is None:
+            time.sleep(0.05)
+        driver.kill()
+        driver.wait(10)
+    finally:
+        _stop(driver)
+    kept = _stored(db)
+    assert kept >= 10
+    detail = show_run(ShowRunRequest(run_id="latest", db=db))
+    assert detail.stale and detail.requests_stored == kept
+    # the scheduler cancels the dead driver's tasks; their clients stop sending
+    end = time.monotonic() + 15
+    while True:
+        served = _served(refserver)
+        time.sleep(1.0)
+        if _served(refserver) == served:
+            break
+        assert time.monotonic() < end, "the workers kept sending after the driver died"
