@@ -260,3 +260,61 @@ def test_a_driver_that_dies_keeps_what_it_stored_and_the_workers_stop(
         if _served(refserver) == served:
             break
         assert time.monotonic() < end, "the workers kept sending after the driver died"
+
+
+def test_a_tls_scheduler_is_reached_with_certificates_from_the_environment(
+    refserver, tmp_path, monkeypatch
+) -> None:
+    pytest.importorskip("cryptography")  # Dask's Security.temporary() makes the certificate
+    from distributed.security import Security
+
+    from inferwise.probes.runner import run_probe
+
+    sec = Security.temporary()
+    files = {}
+    for name, pem in (("ca", sec.tls_ca_file), ("cert", sec.tls_client_cert),
+                      ("key", sec.tls_client_key)):  # fmt: skip
+        files[name] = tmp_path / f"{name}.pem"
+        files[name].write_text(pem)
+    tls = ["--tls-ca-file", str(files["ca"]), "--tls-cert", str(files["cert"]),
+           "--tls-key", str(files["key"])]  # fmt: skip
+    port = _free_port()
+    address = f"tls://127.0.0.1:{port}"
+    scheduler = subprocess.Popen(
+        [str(BIN / "dask"), "scheduler", "--protocol", "tls", "--host", "127.0.0.1",
+         "--port", str(port), "--no-dashboard", *tls],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [str(BIN / "dask"), "worker", address, "--host", "127.0.0.1", "--nthreads", "1",
+         "--no-nanny", "--no-dashboard", "--name", "tls-1", "--death-timeout", "30", *tls],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for k in ("ca", "cert", "key"):
+            monkeypatch.setenv(f"INFERWISE_DASK_TLS_{k.upper()}", str(files[k]))
+        req = _request(refserver, str(tmp_path / "r.db"), concurrency=4, requests=16,
+                       cluster=address)  # fmt: skip
+        end = time.monotonic() + 60
+        while True:  # the worker registers with the scheduler after it starts
+            result = asyncio.run(run_probe(req)) if _tls_workers(address, sec) else None
+            if result is not None or time.monotonic() > end:
+                break
+            time.sleep(0.5)
+    finally:
+        _stop(worker)
+        _stop(scheduler)
+    assert result is not None and result.summary.completed == 16
+    assert result.cluster.scheduler == address
+    assert [w.name for w in result.cluster.workers] == ["tls-1"]
+    assert result.cluster.workers[0].address.startswith("tls://")
+
+
+def _tls_workers(address: str, sec) -> int:
+    from distributed import Client
+
+    try:
+        with Client(address, security=sec, timeout=5) as c:
+            return len(c.scheduler_info(n_workers=-1)["workers"])
+    except OSError:
+        return 0
