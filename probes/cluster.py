@@ -342,12 +342,19 @@ class ClusterRun:
 
     async def _until_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
+        next_check = time.monotonic() + LIVENESS_EVERY_S
         while not all(s.ready or s.lost for s in self.slices):
             if time.monotonic() > deadline:
                 raise OperationalError(
                     f"the Dask workers did not start their clients within {READY_TIMEOUT_S:g} s"
                 )
             await self._poll()
+            if time.monotonic() >= next_check:  # a worker that dies now is lost, not awaited
+                next_check = time.monotonic() + LIVENESS_EVERY_S
+                alive = await self.conn.workers()
+                for s in self.slices:
+                    if not s.ready and not s.lost and s.address not in alive:
+                        await self._account_lost(s, "it left the cluster before the load started")
             for s in self.slices:
                 if s.future.status == "error" and not s.ready:
                     exc = await s.future.exception()
