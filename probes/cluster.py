@@ -21,8 +21,10 @@ import contextlib
 import dataclasses
 import json
 import logging
+import signal
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from secrets import token_hex
 from typing import Any
 
@@ -94,15 +96,8 @@ class ClusterConnection:
     @classmethod
     async def _start_local(cls, distributed: Any, target: ClusterTarget) -> ClusterConnection:
         n = target.local_workers
-        cluster = await distributed.LocalCluster(
-            n_workers=n,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
-            asynchronous=True,
-            silence_logs=logging.ERROR,
-        )
+        with _sigint_ignored_by_children():
+            cluster = await _local_cluster(distributed, n)
         client = await distributed.Client(cluster, asynchronous=True)
         await asyncio.wait_for(client.wait_for_workers(n), READY_TIMEOUT_S)
         return cls(target, client, cluster.scheduler_address, cluster)
@@ -118,6 +113,33 @@ class ClusterConnection:
         if self.local is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.local.close(), 20)
+
+
+async def _local_cluster(distributed: Any, n: int) -> Any:
+    return await distributed.LocalCluster(
+        n_workers=n,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        asynchronous=True,
+        silence_logs=logging.ERROR,
+    )
+
+
+@contextlib.contextmanager
+def _sigint_ignored_by_children() -> Iterator[None]:
+    """local:N worker processes share the terminal's process group, so a Ctrl-C would kill
+    them with the driver's requests in flight; started while SIGINT is ignored, they keep
+    ignoring it (Python leaves an inherited SIG_IGN alone) and the driver stops them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 async def _approved_address(target: ClusterTarget, policy: Any) -> str:
@@ -293,6 +315,7 @@ class ClusterRun:
         self.slices: list[_Slice] = []
         self.stored: set[int] = set()
         self.started_at: float | None = None
+        self.stopping = False
 
     async def run(self) -> ClusterInfo:
         distributed = import_distributed()
@@ -428,6 +451,9 @@ class ClusterRun:
 
     async def _account_lost(self, s: _Slice, why: str) -> None:
         s.lost = True
+        if self.stopping:  # as in a local run, what was in flight at Ctrl-C is not kept
+            self.notes.append(f"worker {s.name} ({s.address}) left while the run was stopping")
+            return
         dead_at = time.monotonic() - self.load.origin
         count_bounded = self.load.duration_s is None
         records = [r for r in lost_records(s, dead_at, count_bounded) if r.index not in self.stored]
@@ -447,6 +473,7 @@ class ClusterRun:
 
     async def _stop_and_drain(self) -> None:
         """Ctrl-C: tell every worker to stop, and keep what they finished before they did."""
+        self.stopping = True
         with contextlib.suppress(Exception):
             await self.stop.set()
         end = time.monotonic() + STOP_GRACE_S

@@ -318,3 +318,29 @@ def _tls_workers(address: str, sec) -> int:
             return len(c.scheduler_info(n_workers=-1)["workers"])
     except OSError:
         return 0
+
+
+def test_a_terminal_ctrl_c_to_the_whole_group_spares_local_workers(refserver, tmp_path) -> None:
+    """local:N workers share the terminal's process group: its SIGINT reaches them too, and
+    must not turn the requests they still had into worker_lost failures."""
+    db = str(tmp_path / "r.db")
+    driver = subprocess.Popen(
+        [str(BIN / "inferwise"), "probe", refserver, "--model", "ref-model",
+         "--cluster", "local:2", "--concurrency", "8", "--requests", "400",
+         "--output-tokens", "48", "--no-calibrate", "--metrics-interval-s", "0", "--db", db,
+         "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        end = time.monotonic() + 90
+        while _stored(db) < 10 and time.monotonic() < end and driver.poll() is None:
+            time.sleep(0.05)
+        os.killpg(driver.pid, signal.SIGINT)
+        out, err = driver.communicate(timeout=60)
+    finally:
+        _stop(driver)
+    result = json.loads(out)
+    assert result["status"] == "interrupted", err
+    assert result["summary"]["failed"] == 0 and not result["errors"], result["errors"]
+    assert result["summary"]["completed"] == _stored(db) >= 10
+    assert "Traceback" not in err
