@@ -92,6 +92,7 @@ def probe_records(
         db=db,
         seed=concurrency,
         workers=args.workers,
+        cluster=getattr(args, "cluster", None),
     )
     result = asyncio.run(run_probe(req))
     return RunStore(db).requests(result.run_id), result.summary
@@ -204,6 +205,7 @@ def run_point(
         "concurrency": concurrency,
         "matched_requests": n,
         "failed": s.failed,
+        "request_throughput": s.request_throughput,
         "ttft_error_ms": {
             "median": _pct(ttft_err, 50),
             "p90": _pct(ttft_err, 90),

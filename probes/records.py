@@ -35,6 +35,7 @@ ErrorClass = Literal[
     "server_error_event",
     "cancelled",
     "over_limit",
+    "worker_lost",
     "other",
 ]
 

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from inferwise.calculators.bounds import MAX_BURSTINESS, MAX_SEED, MIN_BURSTINESS, check_rate
 from inferwise.calculators.errors import InputError, OperationalError
+from inferwise.probes.cluster_models import ClusterInfo, parse_cluster
 from inferwise.probes.loadgen import load_words, trace_words
 from inferwise.probes.records import ErrorClassCount, RequestRecord, error_counts
 from inferwise.probes.summary import ClientHealth, ProbeSummary, check_slo
@@ -248,6 +249,21 @@ class ProbeRequest(BaseModel):
         True,
         description="Open the connections before the clock starts, so TCP/TLS set-up is not counted in TTFT (clients keep connections alive).",
     )
+    cluster: str | None = Field(
+        None,
+        max_length=300,
+        description="Spread the load over Dask workers: scheduler tcp://HOST:PORT or tls://HOST:PORT, or local:N. "
+        "With local:N, N workers start on this machine; a scheduler passes the same policy as the URL. Needs inferwise[distributed].",
+    )
+    cluster_tls_ca: str | None = Field(
+        None, description="CA file for a tls:// scheduler (default: $INFERWISE_DASK_TLS_CA)."
+    )
+    cluster_tls_cert: str | None = Field(
+        None, description="Client certificate for a tls:// scheduler ($INFERWISE_DASK_TLS_CERT)."
+    )
+    cluster_tls_key: str | None = Field(
+        None, description="Client key for a tls:// scheduler ($INFERWISE_DASK_TLS_KEY)."
+    )
 
     @field_validator("slo")
     @classmethod
@@ -349,6 +365,9 @@ class ProbeResult(BaseModel):
     trace: dict[str, Any] | None = Field(
         None, description="The replayed trace: name, sha256, format, window, time scale."
     )
+    cluster: ClusterInfo | None = Field(
+        None, description="The Dask scheduler and workers that carried the load (--cluster)."
+    )
     db_path: str
     all_failed: bool = Field(False, description="Every request failed: the CLI exits 1.")
 
@@ -380,6 +399,7 @@ def _check_bounds(req: ProbeRequest) -> tuple[int | None, float | None]:
             "raise it with --max-duration-s",
         )
     _check_prompt_memory(req)
+    _check_cluster(req)
     for v in req.sweep or []:
         if not (v > 0):
             raise InputError("sweep", f"values must be positive, got {v:g}")
@@ -398,6 +418,25 @@ def _check_bounds(req: ProbeRequest) -> tuple[int | None, float | None]:
                 "raise it with --max-concurrency",
             )
     return requests, req.duration_s
+
+
+def _check_cluster(req: ProbeRequest) -> None:
+    """--cluster's address and TLS files are checked before anything is contacted."""
+    tls = (req.cluster_tls_ca, req.cluster_tls_cert, req.cluster_tls_key)
+    if req.cluster is None:
+        if any(tls):
+            raise InputError("cluster_tls_ca", "TLS files need --cluster tls://SCHEDULER:PORT")
+        return
+    from inferwise.probes.cluster import import_distributed
+
+    import_distributed()  # without the extra: exit 2 saying what to install
+    if req.workers > 1:
+        raise InputError(
+            "workers",
+            "--workers applies to a run from this machine; with --cluster each Dask worker runs a client",
+            "leave --workers at 1 and add Dask workers",
+        )
+    parse_cluster(req.cluster, *tls)
 
 
 def _check_prompt_memory(req: ProbeRequest) -> None:
@@ -472,10 +511,16 @@ async def run_probe(
     requests, duration_s = _check_bounds(req)
     req, memory_note = _in_flight_for_memory(req)
     call_deadline = time.monotonic() + req.max_duration_s
+    if policy is None:
+        from inferwise.probes.policy import TargetPolicy
+
+        policy = TargetPolicy.from_environment(req.allow_hosts)
     ctx, dataset = await _context(req, policy, trace)
     notes: list[str] = [memory_note] if memory_note else []
     stop = asyncio.Event()
     try:
+        if req.cluster:
+            ctx.cluster = await _open_cluster(req, policy)
         with handle_signals(stop):
             calibration, server = await _set_up(ctx, dataset, notes, call_deadline)
             meta = _run_meta(calibration, ctx.pool.target.host)
@@ -486,12 +531,23 @@ async def run_probe(
     finally:
         ctx.pool.close()
         ctx.store.close()
+        if ctx.cluster is not None:
+            await ctx.cluster.close()
     if not sweep.points:
         raise OperationalError("interrupted before the first request was sent; nothing stored")
     if ctx.workload_errors:
         errs = ctx.workload_errors
         calibration.mean_input_tokens_error_pct = round(100 * sum(errs) / len(errs), 2)
     return _result(ctx, sweep, calibration)
+
+
+async def _open_cluster(req: ProbeRequest, policy: Any) -> Any:
+    from inferwise.probes.cluster import ClusterConnection
+
+    target = parse_cluster(
+        req.cluster or "", req.cluster_tls_ca, req.cluster_tls_cert, req.cluster_tls_key
+    )
+    return await ClusterConnection.open(target, policy)
 
 
 async def _context(
@@ -536,6 +592,7 @@ class _Sweep:
     points: list[SweepPoint] = dataclasses.field(default_factory=list)
     records: list[RequestRecord] = dataclasses.field(default_factory=list)
     server_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    cluster: ClusterInfo | None = None
 
     async def run(
         self,
@@ -572,6 +629,7 @@ class _Sweep:
             )
             self.records += result.records
             self.server_metrics = result.server_metrics or self.server_metrics
+            self.cluster = result.cluster or self.cluster
             self.notes += result.notes
             self.points.append(
                 SweepPoint(
@@ -621,6 +679,7 @@ def _result(ctx: Any, sweep: _Sweep, calibration: Calibration) -> ProbeResult:
         server_metrics=sweep.server_metrics,
         notes=notes,
         trace=ctx.trace.describe() if ctx.trace else None,
+        cluster=sweep.cluster,
         db_path=str(ctx.store.path),
         all_failed=measured > 0 and completed == 0,
     )

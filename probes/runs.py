@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from inferwise.calculators.errors import InputError
 from inferwise.probes.quality import QualityComparison
+from inferwise.probes.cluster_models import ClusterInfo
 from inferwise.probes.records import ErrorClassCount, error_counts
 from inferwise.probes.summary import SLO_KEYS, ProbeSummary, check_slo
 
@@ -201,6 +202,9 @@ class RunDetail(BaseModel):
         default=None, description="Engine whose /metrics were scraped (vllm, sglang, llamacpp)."
     )
     server_metrics: list[ServerMetricSummary] = Field(default_factory=list)
+    cluster: ClusterInfo | None = Field(
+        default=None, description="The Dask scheduler and workers that carried a --cluster run."
+    )
     notes: list[str] = Field(default_factory=list)
 
 
@@ -322,8 +326,18 @@ def show_run(req: ShowRunRequest) -> RunDetail:
         errors=_error_counts(records),
         server_engine=engine,
         server_metrics=server,
+        cluster=_stored_cluster(run.meta),
         notes=notes,
     )
+
+
+def _stored_cluster(meta: dict[str, Any]) -> ClusterInfo | None:
+    """The cluster block a --cluster run stored in its meta (none for a local run, or one
+    written by another version that this one cannot read)."""
+    try:
+        return ClusterInfo.model_validate(meta["cluster"]) if meta.get("cluster") else None
+    except ValueError:
+        return None
 
 
 # --------------------------------------------------------------------------- compare

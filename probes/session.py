@@ -62,6 +62,8 @@ class ProbeContext:
     """Relative prompt-length errors (server prompt_tokens vs target), for the calibration report."""
     trace: Any = None
     """The replayed trace (calculators.traces.Trace), when the load is one."""
+    cluster: Any = None
+    """The Dask connection (:class:`inferwise.probes.cluster.ClusterConnection`) of a --cluster run."""
 
 
 async def discover_model(ctx: ProbeContext) -> tuple[str | None, str | None]:
@@ -271,6 +273,7 @@ class PointResult:
     records: list[RequestRecord]
     server_metrics: dict[str, float]
     notes: list[str]
+    cluster: Any = None
 
 
 async def run_point(
@@ -315,6 +318,7 @@ class _PointRun:
         self.notes: list[str] = []
         self.server_last: dict[str, float] = {}
         self.worker_lag: list[float] = []
+        self.cluster_info: Any = None
         self.lag = LoopLagSampler()
         self.origin = time.monotonic()
         self.total = (point.requests or 0) + req.warmup_requests or None
@@ -376,7 +380,9 @@ class _PointRun:
                 deadline=None,
                 warmup=True,
             )
-        if req.workers > 1:
+        if self.ctx.cluster is not None:
+            await self._drive_cluster(hard_deadline)
+        elif req.workers > 1:
             await self._drive_workers()
         else:
             await self._drive_here(hard_deadline)
@@ -433,18 +439,17 @@ class _PointRun:
             start_s=start_s,
         )
 
-    async def _drive_workers(self) -> None:
-        from inferwise.probes.workers import drive_workers
+    async def on_worker_record(self, rec: RequestRecord, err: float | None) -> None:
+        """A record from a worker process (or Dask worker), with its prompt-length error."""
+        if err is not None:
+            self.ctx.workload_errors.append(err)
+        await self.on_record(rec)
 
-        req, point, ctx = self.req, self.point, self.ctx
-
-        async def on_worker_record(rec: RequestRecord, err: float | None) -> None:
-            if err is not None:
-                ctx.workload_errors.append(err)
-            await self.on_record(rec)
-
+    def _worker_setup(self) -> dict[str, Any]:
+        """What a worker process needs to rebuild this run's context (never the API key)."""
+        req, ctx = self.req, self.ctx
         w = ctx.workload
-        setup = {
+        return {
             # a trace replay's rate is the trace's own: the child re-reads the trace
             "req": req.model_dump(mode="json", exclude={"request_rate"} if ctx.trace else None),
             "trace_sha256": ctx.trace.sha256 if ctx.trace else None,
@@ -457,6 +462,12 @@ class _PointRun:
             "origin": self.origin,
             "preconnect": req.preconnect,
         }
+
+    async def _drive_workers(self) -> None:
+        from inferwise.probes.workers import drive_workers
+
+        req, point = self.req, self.point
+        setup = self._worker_setup()
         schedule = self._schedule(0.0) if point.rate is not None else None
         self.worker_lag.extend(
             await drive_workers(
@@ -470,10 +481,37 @@ class _PointRun:
                 origin=self.origin,
                 duration_s=point.duration_s,
                 max_in_flight=req.max_concurrency,
-                on_record=on_worker_record,
+                on_record=self.on_worker_record,
                 notes=self.notes,
             )
         )
+
+    async def _drive_cluster(self, hard_deadline: float | None) -> None:
+        """The measured load over the Dask workers (:mod:`inferwise.probes.cluster`)."""
+        from inferwise.probes.cluster import ClusterLoad, ClusterRun
+
+        req, point = self.req, self.point
+        load = ClusterLoad(
+            setup=self._worker_setup(),
+            mode="closed" if point.rate is None else "open",
+            concurrency=point.concurrency or 1,
+            first_index=req.warmup_requests,
+            count=self.cap,
+            schedule=self._schedule(0.0) if point.rate is not None else None,
+            origin=self.origin,
+            duration_s=point.duration_s,
+            hard_deadline=hard_deadline,
+            max_in_flight=req.max_concurrency,
+        )
+        run = ClusterRun(self.ctx.cluster, load, self.on_worker_record, self.notes)
+        try:
+            self.cluster_info = await run.run()
+        finally:
+            self.cluster_info = self.cluster_info or run.info()
+            self.worker_lag.extend(run.lag_samples())
+            self.ctx.store.update_meta(
+                self.run_id, {"cluster": self.cluster_info.model_dump(mode="json")}
+            )
 
     # ------------------------------------------------------------------ the run's life
 
@@ -481,12 +519,17 @@ class _PointRun:
         from inferwise.probes.summary import summarize
 
         # loop lag: the workers' samples, or this loop's own
-        return summarize(
+        summary = summarize(
             self.records,
             slo=self.req.slo,
             loop_lag_ms=self.worker_lag or self.lag.stop(),
             workers=self.req.workers,
         )
+        if self.cluster_info is not None:
+            from inferwise.probes.cluster import apply_cluster_health
+
+            apply_cluster_health(summary, self.cluster_info)
+        return summary
 
     async def execute(self, stop: asyncio.Event, hard_deadline: float | None) -> PointResult:
         old_switch = sys.getswitchinterval()
@@ -559,7 +602,15 @@ class _PointRun:
         if measured and summary.completed == 0 and status == "complete":
             status = "failed"
         self.ctx.store.finish_run(self.run_id, status, summary)  # type: ignore[arg-type]
-        return PointResult(self.run_id, status, summary, self.records, self.server_last, self.notes)
+        return PointResult(
+            self.run_id,
+            status,
+            summary,
+            self.records,
+            self.server_last,
+            self.notes,
+            self.cluster_info,
+        )
 
 
 class StoreWriter:

@@ -363,6 +363,14 @@ class RunStore:
                 self._conn.commit()
         return len(rows)
 
+    def update_meta(self, run_id: str, items: dict[str, Any]) -> None:
+        """Add `items` to a run's meta (what is learnt while it runs, e.g. its cluster)."""
+        row = self._require(run_id)
+        meta = {**(_loads(row.get("meta"), {}) or {}), **items}
+        with self._lock:
+            self._conn.execute("UPDATE runs SET meta = ? WHERE run_id = ?", (_dumps(meta), run_id))
+            self._conn.commit()
+
     def finish_run(
         self, run_id: str, status: RunStatus, summary: dict[str, Any] | BaseModel | None = None
     ) -> None:

@@ -303,6 +303,9 @@ def _fold_nullable(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def _first_sentence(text: str) -> str:
+    """The description's first sentence, without its closing full stop (a listed
+    description is one sentence; the stop costs a character in every one of them)."""
     text = text.strip()
     m = SENTENCE_END.search(text)
-    return text[: m.start() + 1] if m else text
+    first = text[: m.start() + 1] if m else text
+    return first[:-1] if first.endswith(".") and not first.endswith("..") else first

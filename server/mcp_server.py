@@ -51,6 +51,9 @@ MCP_HIDDEN_FIELDS = frozenset(
         "dataset",
         "store_text",
         "output",
+        "cluster_tls_ca",
+        "cluster_tls_cert",
+        "cluster_tls_key",
     }
 )
 
