@@ -20,8 +20,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from inferwise.calculators.errors import InputError
-from inferwise.probes.quality import QualityComparison
 from inferwise.probes.cluster_models import ClusterInfo
+from inferwise.probes.quality import QualityComparison
 from inferwise.probes.records import ErrorClassCount, error_counts
 from inferwise.probes.summary import SLO_KEYS, ProbeSummary, check_slo
 
