@@ -39,6 +39,16 @@ class RecommendRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     workload: str | dict[str, Any] | None = Field(default=None, description=WORKLOAD_HELP)
+    trace: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="A request trace file: its fitted rate, peak, burstiness, lengths and prefix "
+        "reuse fill the traffic the workload and flags leave open (as `workload --from-trace`).",
+    )
+    trace_format: Literal["mooncake", "burstgpt", "azure", "jsonl"] | None = Field(
+        default=None, description="The trace's format; default: guessed from its first line."
+    )
     model: list[str] = Field(
         default_factory=list,
         max_length=8,
@@ -158,7 +168,24 @@ class RecommendRequest(BaseModel):
 def _workload(req: RecommendRequest) -> Workload:
     from inferwise.knowledge.diagnosis import load_inputs
 
-    return load_inputs(req.workload, None, None) if req.workload else Workload()
+    wl = load_inputs(req.workload, None, None) if req.workload else Workload()
+    return _with_trace_traffic(wl, req) if req.trace else wl
+
+
+def _with_trace_traffic(wl: Workload, req: RecommendRequest) -> Workload:
+    """The workload with the trace's fitted traffic wherever the workload says nothing."""
+    from inferwise.knowledge.trace_workload import WorkloadFromTraceRequest, workload_from_trace
+
+    fitted = workload_from_trace(
+        WorkloadFromTraceRequest(from_trace=req.trace or "", trace_format=req.trace_format)
+    )
+    traced = Workload.model_validate(fitted.workload).traffic
+    if traced is None:
+        return wl
+    if wl.traffic is None:
+        return wl.model_copy(update={"traffic": traced})
+    gaps = {k: v for k, v in traced if getattr(wl.traffic, k) is None and v is not None}
+    return wl.model_copy(update={"traffic": wl.traffic.model_copy(update=gaps)})
 
 
 def _models(req: RecommendRequest, wl: Workload) -> list[dict[str, Any]]:

@@ -516,3 +516,21 @@ def test_an_acceptance_of_one_token_per_step_is_not_worth_a_drafter():
     r = _run(spec_acceptance_length=1.0, gpus=["h100-sxm-80gb"])
     spec = next(lv for lv in r.levers if lv.lever == "speculative_decoding")
     assert not spec.worth_it and "not worth it" in spec.effect
+
+
+def test_a_trace_fills_the_traffic_the_flags_leave_open():
+    """Issue 16: recommend --trace sizes for the trace's own fitted rate, peak and lengths."""
+    from pathlib import Path
+
+    from inferwise.knowledge.trace_workload import WorkloadFromTraceRequest, workload_from_trace
+
+    trace = str(Path(__file__).parent / "data" / "traces" / "mooncake.jsonl")
+    fitted = workload_from_trace(WorkloadFromTraceRequest(from_trace=trace)).workload["traffic"]
+    spec = search_spec(RecommendRequest(trace=trace, model=[MODEL_8B], slo_ttft_ms={"p95": 900}))
+    assert spec.mean_rate_per_s == pytest.approx(fitted["arrival_rate_rps"])
+    assert spec.peak_to_mean == pytest.approx(fitted["peak_to_mean"])
+    assert spec.input_tokens.p50 == pytest.approx(fitted["input_tokens"]["p50"])
+    flagged = search_spec(RecommendRequest(trace=trace, model=[MODEL_8B], request_rate=9))
+    assert flagged.mean_rate_per_s == 9  # flags still win
+    with pytest.raises(InputError):
+        search_spec(RecommendRequest(trace="/nonexistent/trace.jsonl", model=[MODEL_8B]))
