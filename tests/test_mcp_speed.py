@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from inferwise.server import mcp_server, mcp_tool_cache
+from inferwise.server.registry import BY_TOOL
 
 FIT = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
 
@@ -136,7 +137,7 @@ from mcp.client import Client
 from inferwise.server import mcp_server
 async def go(server):
     async with Client(server, mode="legacy") as client:
-        assert len((await client.list_tools()).tools) == 11
+        assert len((await client.list_tools()).tools) == {len(BY_TOOL)}
         r = await client.call_tool("estimate_memory_fit", {json.dumps(FIT)})
         assert not r.is_error
 asyncio.run(go(mcp_server.build_server(lazy_tools=True)))
