@@ -40,13 +40,10 @@ TOLERANCE = 0.30
 
 
 def metric_class(name: str) -> str:
-    if name.startswith("ttft"):
-        return "ttft"
-    if name.startswith(("itl", "tpot")):
-        return "itl"
-    if name.startswith("e2e"):
-        return "e2e"
-    return "throughput"
+    """The metric family the intervals are kept per (one definition: calculators.intervals)."""
+    from inferwise.calculators.intervals import metric_family
+
+    return metric_family(name)
 
 
 def group_of(m: dict) -> str:
