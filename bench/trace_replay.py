@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.probe_precision import _pct
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
@@ -59,16 +61,6 @@ def write_trace(path: Path, requests: int, rate_per_s: float, seed: int = 0) -> 
                 "hash_ids": ids,
             }
             fh.write(json.dumps(row) + "\n")
-
-
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    pos = (len(xs) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def arrival_errors_ms(records: list[Any], server_log: list[dict[str, Any]]) -> list[float]:
