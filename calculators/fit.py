@@ -993,7 +993,15 @@ def _vllm_limits(r: _Replica) -> _VllmLimits:
             f"{mnbt} is smaller than max_model_len {r.max_model_len}; the V0 engine without chunked "
             "prefill needs a whole prompt per step",
         )
-    return _VllmLimits(rules, block_size, mnbt, req.max_num_seqs or seqs_default)
+    seqs = req.max_num_seqs or seqs_default
+    if mnbt < seqs:
+        # vLLM's SchedulerConfig refuses to start on this (_verify_args)
+        raise InputError(
+            "max_num_batched_tokens",
+            f"{mnbt} is below max_num_seqs {seqs}; vLLM refuses to start unless "
+            "max_num_batched_tokens >= max_num_seqs (raise it or lower max_num_seqs)",
+        )
+    return _VllmLimits(rules, block_size, mnbt, seqs)
 
 
 def _sampler_bytes_per_logit(r: _Replica, limits: _VllmLimits, on_mrv2: bool) -> float:

@@ -166,6 +166,7 @@ def test_the_mcp_server_answers_while_forty_slow_calls_are_in_flight(tmp_path) -
         "num_requests": 4000,
         "concurrency": 4000,
         "max_num_batched_tokens": 16,
+        "max_num_seqs": 16,  # vLLM needs max_num_batched_tokens >= max_num_seqs
     }
     fit = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100"}
     params = StdioServerParameters(
