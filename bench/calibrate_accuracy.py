@@ -7,7 +7,11 @@ lengths, and print the error of the calibrated and of the published prediction p
 value. Target: >= 75 % of the predicted values within +-25 %, and every series
 better calibrated than not (by its mean absolute log error).
 
-    python bench/calibrate_accuracy.py
+``--write`` stores the p10/p90 of measured / calibrated per metric family in
+calculators/data/calibrated_intervals.toml: the interval a calibrated prediction
+carries at a load its calibration did not measure.
+
+    python -m bench.calibrate_accuracy [--write]
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import math
 import sys
 import time
 import tomllib
+from datetime import date
 from pathlib import Path
 
 from inferwise.calculators.bench_files import MeasuredPoint
@@ -63,11 +68,43 @@ def evaluate(series: dict) -> list[tuple[str, str, float, float, float]]:
     return rows
 
 
+def write_table(ratios: dict[str, list[float]], series: int) -> None:
+    """The extrapolation intervals (see the module docstring), with what they rest on."""
+    import numpy as np
+
+    from inferwise.calculators.intervals import CALIBRATED_FILE, metric_family
+
+    by_family: dict[str, list[float]] = {}
+    for metric, values in ratios.items():
+        by_family.setdefault(metric_family(metric), []).extend(values)
+    n = sum(len(v) for v in by_family.values())
+    lines = [
+        "# Written by bench/calibrate_accuracy.py --write: measured / calibrated prediction",
+        "# on published sweeps (tests/data/calibration_sweeps.toml), at every load above the",
+        "# two lowest each series was calibrated on.",
+        "[meta]",
+        f'basis = "{n} held-out values of {series} published sweeps '
+        f'(bench/calibrate_accuracy.py, {date.today().isoformat()})"',
+    ]
+    for family, values in sorted(by_family.items()):
+        lines += [
+            "",
+            f"[family.{family}]",
+            f"ratio_p10 = {float(np.percentile(values, 10)):.4f}",
+            f"ratio_p90 = {float(np.percentile(values, 90)):.4f}",
+            f"values = {len(values)}",
+        ]
+    CALIBRATED_FILE.write_text("\n".join(lines) + "\n")
+    print(f"wrote {CALIBRATED_FILE}")
+
+
 def main() -> int:
     within = total = 0
     worse: list[str] = []
+    ratios: dict[str, list[float]] = {}
     t0 = time.perf_counter()
-    for series in load_series():
+    all_series = load_series()
+    for series in all_series:
         rows = evaluate(series)
         print(
             f"\n{series['id']}  ({series['engine']}, {series['gpu']}, {'MoE' if series['moe'] else 'dense'})"
@@ -80,6 +117,7 @@ def main() -> int:
             print(
                 f"  {load:<16} {name:<20} {m:10.2f} {c:10.2f} {100 * (c / m - 1):6.1f}% {p:10.2f} {100 * (p / m - 1):6.1f}%"
             )
+            ratios.setdefault(name, []).append(m / c)
             within += abs(c / m - 1) <= 0.25
             total += 1
             cal_err += abs(math.log(c / m))
@@ -97,6 +135,8 @@ def main() -> int:
     print(
         f"series not better calibrated: {', '.join(worse) or 'none'}  ({time.perf_counter() - t0:.1f} s)"
     )
+    if "--write" in sys.argv[1:]:
+        write_table(ratios, len(all_series))
     return 0 if share >= 0.75 and not worse else 1
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .budget import BudgetRequest, BudgetResult
     from .fit import FitRequest, FitResult
     from .predict import PredictRequest, PredictResult
+    from .user_calibration import AppliedCalibration
 
 MEMO_SIZE = 4096
 """Results kept per calculator: a search's working set, a few MB."""
@@ -80,20 +81,30 @@ def fit(req: FitRequest, with_suggestions: bool = True) -> FitResult:
     )
 
 
-def predict(req: PredictRequest) -> PredictResult:
-    """``inferwise predict``, memoised."""
+def predict(req: PredictRequest, calibration: AppliedCalibration | None = None) -> PredictResult:
+    """``inferwise predict``, memoised (with a loaded calibration: its factors)."""
     from .predict import predict_performance
 
-    return _PREDICT.get_or_compute(_key(req), lambda: predict_performance(req))
+    return _PREDICT.get_or_compute(
+        _key(req, _stamp(calibration)), lambda: predict_performance(req, calibration)
+    )
 
 
-def budget(req: BudgetRequest, find_max_rate: bool = True) -> BudgetResult:
+def budget(
+    req: BudgetRequest, find_max_rate: bool = True, calibration: AppliedCalibration | None = None
+) -> BudgetResult:
     """``inferwise budget``, memoised (``find_max_rate=False``: the design point only)."""
     from .budget import decompose_budget
 
     return _BUDGET.get_or_compute(
-        _key(req, find_max_rate), lambda: decompose_budget(req, find_max_rate=find_max_rate)
+        _key(req, find_max_rate, _stamp(calibration)),
+        lambda: decompose_budget(req, find_max_rate=find_max_rate, calibration=calibration),
     )
+
+
+def _stamp(calibration: AppliedCalibration | None) -> str:
+    """A calibration's part of a memo key: stored again under its name, it is another one."""
+    return "" if calibration is None else f"{calibration.name}@{calibration.created_at}"
 
 
 def clear_memos() -> None:

@@ -825,6 +825,16 @@ def decompose_budget(
         (req.input_tokens, req.output_tokens),
         StepModel.from_deployment(req).shape.num_experts,
     )
+    if calibration is not None:
+        from .intervals import calibrated_intervals
+
+        itl = result.itl_ms
+        values = {"ttft_ms": result.ttft_ms.p50, "itl_ms": itl.p50 if itl else None}
+        values["e2e_ms"] = result.e2e_ms.p50
+        load = (result.design_concurrency, result.design_request_rate)
+        result.intervals = calibrated_intervals(
+            result.intervals, values, calibration, not calibration.measured_load(*load)
+        )
     return result
 
 

@@ -204,3 +204,115 @@ def predict_intervals(
         requests_per_s=interval_for(result.requests_per_s, "throughput", regime),
         basis=_basis(),
     )
+
+
+# --------------------------------------------------------------------------- calibrated
+
+CALIBRATED_NOISE = 0.10
+"""A calibrated interval is never narrower than +-10 %: two probes of one load on one
+machine differ by about that much (the ITL mean of the engine calibration test moves by
+up to 12 % between two runs of one load), so residuals on a few points cannot earn less."""
+
+CALIBRATED_FILE = Path(__file__).parent / "data" / "calibrated_intervals.toml"
+"""Written by ``bench/calibrate_accuracy.py --write``: measured / calibrated prediction
+on published sweeps at the loads above the two each was calibrated on."""
+
+
+@lru_cache(maxsize=1)
+def extrapolation_table() -> dict[str, Any]:
+    """p10/p90 per metric family of calibrated predictions beyond the measured loads."""
+    if not CALIBRATED_FILE.exists():
+        return {}
+    with CALIBRATED_FILE.open("rb") as fh:
+        return tomllib.load(fh)
+
+
+_FAMILY_OF_FIELD = {
+    "ttft_ms": "ttft",
+    "itl_ms": "itl",
+    "tpot_ms": "itl",
+    "e2e_ms": "e2e",
+    "output_tokens_per_s": "throughput",
+    "requests_per_s": "throughput",
+}
+_RESIDUALS_OF_FAMILY = {
+    "ttft": ("ttft_ms",),
+    "itl": ("itl_ms",),
+    # E2E is TTFT plus the decode steps: its ratio lies between theirs
+    "e2e": ("ttft_ms", "itl_ms"),
+    "throughput": ("output_tokens_per_s",),
+}
+
+
+def _residual_band(spread: Any, family: str) -> tuple[float, float, int] | None:
+    """(ratio low, ratio high, points) from a calibration's residual spread, or None."""
+    parts = [getattr(spread, m, None) for m in _RESIDUALS_OF_FAMILY[family]]
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    lo = min(min(p.p10 for p in parts), 1 - CALIBRATED_NOISE)
+    hi = max(max(p.p90 for p in parts), 1 + CALIBRATED_NOISE)
+    return lo, hi, min(p.points for p in parts)
+
+
+def _extrapolation_band(family: str) -> tuple[float, float] | None:
+    """The held-out spread of calibrated predictions beyond the measured loads (E2E: the
+    envelope of TTFT's and ITL's), or None without the table."""
+    cells = extrapolation_table().get("family", {})
+    parts = [cells.get(metric_family(m)) for m in _RESIDUALS_OF_FAMILY[family]]
+    parts = [p for p in parts if p]
+    if not parts:
+        return None
+    return min(float(p["ratio_p10"]) for p in parts), max(float(p["ratio_p90"]) for p in parts)
+
+
+def calibrated_intervals(
+    published: PredictIntervals,
+    values: dict[str, float | None],
+    applied: Any,
+    extrapolating: bool,
+) -> PredictIntervals:
+    """The intervals of a calibrated prediction: each predicted value x the p10/p90 of the
+    calibration's own residuals (measured / calibrated prediction on its points), with the
+    run-to-run noise as the floor. At a load the calibration did not measure
+    (``extrapolating``) the band widens to what calibrated predictions beyond their
+    measured loads missed by on published sweeps. A metric the calibration has no
+    residuals for keeps its published interval. ``values`` maps a field (``ttft_ms``...)
+    to the predicted value."""
+    fields: dict[str, Any] = {}
+    for field, value in values.items():
+        family = _FAMILY_OF_FIELD[field]
+        band = _residual_band(applied.residual_spread, family)
+        if value is None or band is None:
+            continue
+        lo, hi, n = band
+        wide = _extrapolation_band(family) if extrapolating else None
+        if wide is not None:
+            lo, hi = min(lo, wide[0]), max(hi, wide[1])
+        fields[field] = Interval(
+            low=value * lo,
+            high=value * hi,
+            ratio_p10=round(lo, 4),
+            ratio_p90=round(hi, 4),
+            regime=f"calibration {applied.name}" + (" (extrapolated load)" if wide else ""),
+            values=n,
+        )
+    return published.model_copy(
+        update={**fields, "basis": _calibrated_basis(applied.name, extrapolating, fields)}
+    )
+
+
+def _calibrated_basis(name: str, extrapolating: bool, fields: dict[str, Any]) -> str:
+    where = (
+        "widened to the held-out misses of calibrated predictions beyond their measured loads ("
+        + str(extrapolation_table().get("meta", {}).get("basis", "no table"))
+        + ")"
+        if extrapolating
+        else "at a load it measured"
+    )
+    kept = sorted(set(_FAMILY_OF_FIELD) - set(fields))
+    rest = f"; {', '.join(kept)} held-out published" if kept else ""
+    return (
+        f"calibration {name!r}: the p10/p90 of its residuals on its own points (at least "
+        f"+-{CALIBRATED_NOISE:.0%}, a repeated probe's spread), {where}{rest}"
+    )

@@ -452,14 +452,32 @@ def predict_performance(
 
 
 def _apply_calibration(req: PredictRequest, result: PredictResult, calibration: Any) -> None:
+    from .intervals import calibrated_intervals
     from .user_calibration import calibration_notes, shift_by_overhead
 
     shift_by_overhead(
         result, calibration.factors.request_overhead_ms, result.load.mode == "concurrency"
     )
     result.calibration = calibration
+    if result.intervals is not None:
+        measured = calibration.measured_load(req.concurrency, req.request_rate)
+        result.intervals = calibrated_intervals(
+            result.intervals, _interval_values(result), calibration, not measured
+        )
     result.factors_source = f"calibration {calibration.name!r} over {result.factors_source}"
     result.assumptions[:0] = calibration_notes(calibration, req.model, req.gpu)
+
+
+def _interval_values(result: PredictResult) -> dict[str, float | None]:
+    """The predicted values the intervals bound (the latencies' medians, the throughputs)."""
+    return {
+        "ttft_ms": result.ttft_ms.p50,
+        "itl_ms": result.itl_ms.p50 if result.itl_ms else None,
+        "tpot_ms": result.tpot_ms.p50 if result.tpot_ms else None,
+        "e2e_ms": result.e2e_ms.p50,
+        "output_tokens_per_s": result.output_tokens_per_s,
+        "requests_per_s": result.requests_per_s,
+    }
 
 
 def step_model_for(req: Any, calibration: AppliedCalibration | None) -> Any:

@@ -106,6 +106,10 @@ class PointResidual(BaseModel):
 
     source: str
     load: str
+    concurrency: int | None = Field(default=None, description="Closed-loop clients.")
+    request_rate_per_s: float | None = Field(
+        default=None, description="Open-loop arrival rate (null: closed loop or offline)."
+    )
     input_tokens_mean: float
     output_tokens_mean: float
     measured: dict[str, float]
@@ -437,6 +441,8 @@ def _result(
             PointResidual(
                 source=p.source,
                 load=p.load_label,
+                concurrency=p.concurrency,
+                request_rate_per_s=_finite_rate(p.request_rate),
                 input_tokens_mean=round(p.input_tokens_mean, 1),
                 output_tokens_mean=round(p.output_tokens_mean, 1),
                 measured={k: round(v, 3) for k, v in meas.items()},
@@ -457,6 +463,10 @@ def _result(
         rms_log_error_calibrated=round(float(np.sqrt(np.mean(r1**2))), 4),
         warnings=warnings + [f"{k} held at the published value: {v}" for k, v in held.items()],
     )
+
+
+def _finite_rate(rate: float | None) -> float | None:
+    return rate if rate is not None and math.isfinite(rate) else None
 
 
 def residual_spread(rows: list[PointResidual]) -> ResidualSpread:
@@ -500,13 +510,35 @@ class AppliedCalibration(BaseModel):
     name: str
     model: str = Field(description="The model the calibration was fitted on.")
     gpu: str | None = Field(default=None, description="Its GPU (null: custom hardware).")
+    engine: str = Field(default="vllm", description="The engine it was measured on.")
     sources: list[str] = Field(description="The measurements it was fitted on (files, runs).")
     fitted: list[str] = Field(description="Factors fitted; the others kept their published value.")
     factors: CalibratedFactors
     residual_spread: ResidualSpread = Field(
         description="p10/p90 of measured / predicted per metric on the calibration points."
     )
+    concurrency_range: tuple[int, int] | None = Field(
+        default=None, description="Lowest and highest closed-loop load it measured."
+    )
+    rate_range_per_s: tuple[float, float] | None = Field(
+        default=None, description="Lowest and highest open-loop rate it measured."
+    )
     created_at: str
+
+    def measured_load(self, concurrency: int | None, rate_per_s: float | None) -> bool:
+        """Whether a load lies within the loads the calibration measured (else the
+        prediction extrapolates, and its interval says so)."""
+        if rate_per_s is not None:
+            lo_hi = self.rate_range_per_s
+            return lo_hi is not None and lo_hi[0] <= rate_per_s <= lo_hi[1]
+        lo_hi_c = self.concurrency_range
+        return lo_hi_c is not None and lo_hi_c[0] <= (concurrency or 1) <= lo_hi_c[1]
+
+
+def load_range(values: list[Any]) -> Any:
+    """(lowest, highest) of the values that are set, or None."""
+    present = [v for v in values if v is not None]
+    return (min(present), max(present)) if present else None
 
 
 def calibration_notes(applied: AppliedCalibration, model: str, gpu: str | None) -> list[str]:

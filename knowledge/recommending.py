@@ -72,6 +72,9 @@ class RecommendRequest(BaseModel):
         default=None, description="Serving engine; default: the workload's, else vllm."
     )
     engine_version: str | None = Field(default=None, max_length=50)
+    calibration: str | None = Field(
+        default=None, max_length=64, description="Stored calibration, for its GPU's candidates."
+    )
     gpus: list[str] = Field(
         default_factory=list,
         max_length=12,
@@ -354,6 +357,10 @@ def search_spec(req: RecommendRequest) -> Any:
     }
     if req.quality_margin is not None:
         fields["quality_margin"] = req.quality_margin
+    if req.calibration:
+        from inferwise.probes.calibrations import load_applied
+
+        fields["calibration"] = load_applied(req.calibration)
     fields.update(req.model_dump(include=set(SPEC_FIELDS)))
     if fields["availability"] is not None and fields["availability"] >= 1:
         raise InputError("availability", "must be below 1 (e.g. 0.999)")

@@ -29,6 +29,7 @@ from inferwise.calculators.user_calibration import (
     CalibratedFactors,
     PointResidual,
     ResidualSpread,
+    load_range,
 )
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -100,10 +101,13 @@ class StoredCalibration(BaseModel):
             name=self.name,
             model=str(self.deployment.get("model")),
             gpu=self.deployment.get("gpu"),
+            engine=str(self.deployment.get("engine") or "vllm"),
             sources=[p.source for p in self.provenance],
             fitted=self.fitted,
             factors=self.factors,
             residual_spread=self.residual_spread,
+            concurrency_range=load_range([p.concurrency for p in self.points]),
+            rate_range_per_s=load_range([p.request_rate_per_s for p in self.points]),
             created_at=self.created_at,
         )
 

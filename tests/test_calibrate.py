@@ -311,3 +311,69 @@ def test_diagnose_and_plan_with_a_run(db, capsys, tmp_path) -> None:
     assert diag["explain"]["run_id"] == ids[0]
     plan = _json(capsys, ["plan", "--run", ids[0], "--workload", str(wl)])
     assert any(f"calibrated from run {ids[0]}" in a for a in plan["assumptions"])
+
+
+# --------------------------------------------------------------------------- intervals and recommend
+
+
+def _calibrate_c1_c4(capsys, name: str = "h100") -> None:
+    assert main(["calibrate", "--name", name, *DEP, "--from-file", str(DATA / "vllm_c1.json"),
+                 str(DATA / "vllm_c4.json")]) == 0  # fmt: skip
+    capsys.readouterr()
+
+
+def test_calibrated_intervals_are_its_residuals_and_widen_beyond_its_loads(db, capsys) -> None:
+    """At a load it measured, a calibrated prediction's interval is its residuals' (at least
+    the +-10 % a repeated probe moves); beyond, it widens to what calibrated predictions
+    missed by on published sweeps, and the fixture's truth at concurrency 16 lies inside."""
+    _calibrate_c1_c4(capsys)
+    args = ["predict", *DEP, "--input-tokens", "1000", "--output-tokens", "200"]
+    at4 = _json(capsys, [*args, "--concurrency", "4", "--calibration", "h100"])["intervals"]
+    pub4 = _json(capsys, [*args, "--concurrency", "4"])["intervals"]
+    for metric in ("ttft_ms", "itl_ms", "e2e_ms", "output_tokens_per_s"):
+        cal, pub = at4[metric], pub4[metric]
+        assert cal["regime"] == "calibration h100"
+        assert cal["ratio_p10"] <= 0.9 and cal["ratio_p90"] >= 1.1
+        assert cal["ratio_p90"] / cal["ratio_p10"] < pub["ratio_p90"] / pub["ratio_p10"], metric
+    assert "at a load it measured" in at4["basis"]
+    pred16 = _json(capsys, [*args, "--concurrency", "16", "--calibration", "h100"])
+    at16 = pred16["intervals"]
+    assert at16["itl_ms"]["regime"] == "calibration h100 (extrapolated load)"
+    assert at16["itl_ms"]["ratio_p90"] > at4["itl_ms"]["ratio_p90"]
+    truth = read_bench_file(DATA / "guidellm_report.json")[1]  # concurrency 16
+    assert truth.concurrency == 16
+    assert at16["itl_ms"]["low"] <= truth.itl_ms <= at16["itl_ms"]["high"]
+
+
+def test_budget_intervals_follow_the_calibration(db, capsys) -> None:
+    _calibrate_c1_c4(capsys, "b")
+    args = ["budget", *DEP, "--slo-e2e-ms", "p95=20000", "--request-rate", "1",
+            "--input-tokens", "1000", "--output-tokens", "200", "--calibration", "b"]  # fmt: skip
+    out = _json(capsys, args)["intervals"]
+    assert out["ttft_ms"]["regime"].startswith("calibration b")
+    assert out["output_tokens_per_s"] is None  # a budget predicts latencies
+
+
+def test_recommend_uses_the_calibration_on_its_gpu_only(db, capsys) -> None:
+    """Candidates on the calibrated GPU carry its name and its factors (the fixture's truth
+    decodes slower than the published factors say); other GPUs keep the published ones."""
+    _calibrate_c1_c4(capsys)
+    args = ["recommend", "--model", MODEL, "--request-rate", "5", "--input-tokens", "1000",
+            "--output-tokens", "200", "--slo-ttft-ms", "p95=800", "--top", "10"]  # fmt: skip
+    cal = _json(capsys, [*args, "--gpus", "h100", "--calibration", "h100"])
+    pub = _json(capsys, [*args, "--gpus", "h100"])
+    assert cal["candidates"] and {c["calibration"] for c in cal["candidates"]} == {"h100"}
+    assert all(c["calibration"] is None for c in pub["candidates"])
+    assert any("calibration 'h100'" in a for a in cal["assumptions"])
+    key = lambda c: (c["tensor_parallel_size"], c["quantization"], c["kv_cache_dtype"])  # noqa: E731
+    pub_by = {key(c): c for c in pub["candidates"]}
+    same = [(c, pub_by[key(c)]) for c in cal["candidates"] if key(c) in pub_by]
+    assert same
+    for c, p in same:
+        assert c["predicted"]["itl_ms"]["p50"] > 1.2 * p["predicted"]["itl_ms"]["p50"]
+    mixed = _json(capsys, [*args, "--gpus", "h100,l40s", "--calibration", "h100"])
+    for c in mixed["candidates"]:
+        assert c["calibration"] == ("h100" if c["gpu"] == "h100-sxm-80gb" else None), c["gpu"]
+    # a calibration for a GPU the search leaves out is a mistake, named
+    assert main([*args, "--gpus", "l40s", "--calibration", "h100"]) == 2
+    assert "--calibration" in capsys.readouterr().err

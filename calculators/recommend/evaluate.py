@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import api
+from .calibrated import calibration_for
 from .screen import MAX_UTILISATION, Screened, deployment_fields, spare_replicas
 from .spec import SearchSpec
 
@@ -66,7 +67,20 @@ def budget_request(s: Screened, spec: SearchSpec, rate: float) -> Any:
         request_rate=rate,
         network_rtt_ms=spec.network_rtt_ms,
         prefix_cache_hit_rate=spec.shared_prefix_fraction,
+        calibration=_calibration_name(s, spec),
     )
+
+
+def _calibration_name(s: Screened, spec: SearchSpec) -> str | None:
+    applied = calibration_for(s.config.gpu, spec)
+    return applied.name if applied is not None else None
+
+
+def _budget(s: Screened, spec: SearchSpec, rate: float, find_max_rate: bool = True) -> Any:
+    """``budget`` of one replica of ``s`` at ``rate`` (calibrated where the spec's
+    calibration covers the candidate's GPU)."""
+    req = budget_request(s, spec, rate)
+    return api.budget(req, find_max_rate, calibration_for(s.config.gpu, spec))
 
 
 def evaluate(s: Screened, spec: SearchSpec) -> Evaluated:
@@ -75,7 +89,7 @@ def evaluate(s: Screened, spec: SearchSpec) -> Evaluated:
         return _evaluate_offline(s, spec)
     peak = spec.peak_rate_per_s
     serving_guess = max(1, s.replicas_lower_bound - spare_replicas(spec.availability))
-    first = api.budget(budget_request(s, spec, peak / serving_guess))
+    first = _budget(s, spec, peak / serving_guess)
     max_rate = min(
         float(first.max_rate_under_slo or 0.0), first.saturation_request_rate * MAX_UTILISATION
     )
@@ -103,7 +117,7 @@ def evaluate(s: Screened, spec: SearchSpec) -> Evaluated:
 
 def _design_point(s: Screened, spec: SearchSpec, rate: float) -> Any:
     """The budget of one replica at ``rate``, without a rate search."""
-    return api.budget(budget_request(s, spec, rate), find_max_rate=False)
+    return _budget(s, spec, rate, find_max_rate=False)
 
 
 def _evaluate_offline(s: Screened, spec: SearchSpec) -> Evaluated:
@@ -120,7 +134,9 @@ def _evaluate_offline(s: Screened, spec: SearchSpec) -> Evaluated:
             output_tokens_p95=spec.output_tokens.p95,
             request_rate=spec.peak_rate_per_s / replicas,
             prefix_cache_hit_rate=spec.shared_prefix_fraction,
-        )
+            calibration=_calibration_name(s, spec),
+        ),
+        calibration_for(s.config.gpu, spec),
     )
     return Evaluated(
         s, max_rate, replicas, spare_replicas(spec.availability), design, True, 1.0, None

@@ -70,6 +70,9 @@ class Candidate(BaseModel):
     max_num_batched_tokens: int
     engine: str
     engine_version: str
+    calibration: str | None = Field(
+        default=None, description="The calibration its numbers use (null: published factors)."
+    )
     gpus_per_replica: int
     kv_cache_tokens: int
     replicas: int = Field(description="Replicas that carry the peak (serving).")

@@ -198,9 +198,11 @@ def spare_replicas(availability: float | None) -> int:
 
 def _step_model(cfg: Config, spec: SearchSpec, window: int) -> Any:
     from ..deployment import Deployment
-    from ..roofline import StepModel
+    from ..predict import step_model_for
+    from .calibrated import calibration_for
 
-    return StepModel.from_deployment(Deployment(**deployment_fields(cfg, spec, window)))
+    dep = Deployment(**deployment_fields(cfg, spec, window))
+    return step_model_for(dep, calibration_for(cfg.gpu, spec))
 
 
 def _saturation(model: Any, spec: SearchSpec, window: int) -> float:

@@ -23,6 +23,7 @@ from typing import Any
 from .. import deadline
 from ..errors import InputError
 from . import fleet
+from .calibrated import calibration_assumptions, calibration_for, check_covers
 from .commands import serve_command, verify_command
 from .evaluate import Evaluated, evaluate
 from .result import (
@@ -322,6 +323,7 @@ def _candidate(e: Evaluated, spec: SearchSpec) -> Candidate:
         max_num_batched_tokens=s.max_num_batched_tokens,
         engine=spec.engine,
         engine_version=s.engine_version,
+        calibration=getattr(calibration_for(c.gpu, spec), "name", None),
         gpus_per_replica=c.gpus_per_replica,
         kv_cache_tokens=s.kv_cache_tokens,
         replicas=e.replicas,
@@ -472,6 +474,7 @@ def recommend(spec: SearchSpec) -> RecommendResult:
     online = _online_part(spec)
     prices, used = _prices(spec)
     gpus = _gpu_facts(spec, prices, tally)
+    check_covers(spec, [g.id for g in gpus])
     models = _model_facts(spec, tally)
     configs = configurations(models, gpus, spec.max_gpus, tally) if models and gpus else []
     screen = Screen(online, prices)
@@ -712,6 +715,7 @@ def _assumptions(spec: SearchSpec) -> list[str]:
         "latency and capacity from budget's simulation (the calibrated step model); the verify "
         "command measures what matters",
     ]
+    out += calibration_assumptions(spec)
     if spec.quality_floor_score is not None:
         out.append(
             f"quality: a model passes at floor x (1 + {spec.quality_margin:g}); models without a "

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..bounds import check_rate, check_slo_targets
 from ..spec_decode import SpecMethod
+from ..user_calibration import AppliedCalibration
 
 Objective = Literal["cost", "latency", "throughput_per_gpu"]
 Mode = Literal["online", "offline", "mixed"]
@@ -103,6 +104,8 @@ class SearchSpec(BaseModel):
     models: list[ModelOption] = Field(min_length=1, max_length=MAX_MODELS)
     engine: Literal["vllm", "sglang"] = "vllm"
     engine_version: str | None = None
+    calibration: AppliedCalibration | None = None
+    """A stored calibration: its factors for the candidates on its GPU (see .calibrated)."""
     gpus: list[str] = Field(default_factory=list, max_length=MAX_GPU_TYPES)
     max_gpus: int | None = Field(default=None, ge=1, le=4096)
     budget_usd_per_hour: float | None = Field(default=None, gt=0, le=1e7)
