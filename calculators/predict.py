@@ -596,16 +596,14 @@ def _disaggregated(
 ) -> PredictResult:
     """Predict's figures for the disaggregated replica; the aggregated ones (the same GPUs
     as P + D replicas) go into the comparison."""
-    import numpy as np
-
+    from .disaggregation import as_sim_result
     from .disaggregation_eval import for_predict
 
     o, disagg = for_predict(req, model, split, run)
+    sim = as_sim_result(o, run.inp, o.output_tokens)  # its TPOT and completions, as budget's
     tps = o.output_tokens_per_s
-    done = np.isfinite(o.e2e_ms)
-    rps = float(done.sum()) / (o.duration_ms / 1e3) if o.duration_ms > 0 else 0.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(o.output_tokens > 1, (o.e2e_ms - o.ttft_ms) / (o.output_tokens - 1), np.nan)
+    rps = sim.completed / (o.duration_ms / 1e3) if o.duration_ms > 0 else 0.0
+    tpot = sim.tpot_ms
     return result.model_copy(
         update={
             "ttft_ms": measured(percentiles(o.ttft_ms), "TTFT"),
