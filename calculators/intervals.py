@@ -298,11 +298,13 @@ def calibrated_intervals(
             values=n,
         )
     return published.model_copy(
-        update={**fields, "basis": _calibrated_basis(applied.name, extrapolating, fields)}
+        update={**fields, "basis": _calibrated_basis(applied.name, extrapolating, values, fields)}
     )
 
 
-def _calibrated_basis(name: str, extrapolating: bool, fields: dict[str, Any]) -> str:
+def _calibrated_basis(
+    name: str, extrapolating: bool, values: dict[str, float | None], fields: dict[str, Any]
+) -> str:
     where = (
         "widened to the held-out misses of calibrated predictions beyond their measured loads ("
         + str(extrapolation_table().get("meta", {}).get("basis", "no table"))
@@ -310,7 +312,7 @@ def _calibrated_basis(name: str, extrapolating: bool, fields: dict[str, Any]) ->
         if extrapolating
         else "at a load it measured"
     )
-    kept = sorted(set(_FAMILY_OF_FIELD) - set(fields))
+    kept = sorted(f for f, v in values.items() if v is not None and f not in fields)
     rest = f"; {', '.join(kept)} held-out published" if kept else ""
     return (
         f"calibration {name!r}: the p10/p90 of its residuals on its own points (at least "

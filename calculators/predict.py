@@ -460,7 +460,7 @@ def _apply_calibration(req: PredictRequest, result: PredictResult, calibration: 
     )
     result.calibration = calibration
     if result.intervals is not None:
-        measured = calibration.measured_load(req.concurrency, req.request_rate)
+        measured = calibration.measured_load(result.load.concurrency, result.load.request_rate)
         result.intervals = calibrated_intervals(
             result.intervals, _interval_values(result), calibration, not measured
         )

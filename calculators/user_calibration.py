@@ -527,12 +527,15 @@ class AppliedCalibration(BaseModel):
 
     def measured_load(self, concurrency: int | None, rate_per_s: float | None) -> bool:
         """Whether a load lies within the loads the calibration measured (else the
-        prediction extrapolates, and its interval says so)."""
+        prediction extrapolates, and its interval says so). Offline and trace loads (neither
+        given) count as not measured."""
         if rate_per_s is not None:
             lo_hi = self.rate_range_per_s
             return lo_hi is not None and lo_hi[0] <= rate_per_s <= lo_hi[1]
         lo_hi_c = self.concurrency_range
-        return lo_hi_c is not None and lo_hi_c[0] <= (concurrency or 1) <= lo_hi_c[1]
+        if concurrency is None or lo_hi_c is None:
+            return False
+        return lo_hi_c[0] <= concurrency <= lo_hi_c[1]
 
 
 def load_range(values: list[Any]) -> Any:

@@ -343,6 +343,9 @@ def test_calibrated_intervals_are_its_residuals_and_widen_beyond_its_loads(db, c
     truth = read_bench_file(DATA / "guidellm_report.json")[1]  # concurrency 16
     assert truth.concurrency == 16
     assert at16["itl_ms"]["low"] <= truth.itl_ms <= at16["itl_ms"]["high"]
+    # an offline batch is no load the two closed-loop runs measured
+    offline = _json(capsys, [*args, "--request-rate", "inf", "--calibration", "h100"])
+    assert offline["intervals"]["ttft_ms"]["regime"].endswith("(extrapolated load)")
 
 
 def test_budget_intervals_follow_the_calibration(db, capsys) -> None:
