@@ -829,12 +829,13 @@ def decompose_budget(
         from .intervals import calibrated_intervals
 
         itl = result.itl_ms
-        values = {"ttft_ms": result.ttft_ms.p50, "itl_ms": itl.p50 if itl else None}
-        values["e2e_ms"] = result.e2e_ms.p50
+        values = {
+            "ttft_ms": result.ttft_ms.p50,
+            "itl_ms": itl.p50 if itl else None,
+            "e2e_ms": result.e2e_ms.p50,
+        }
         load = (result.design_concurrency, result.design_request_rate)
-        result.intervals = calibrated_intervals(
-            result.intervals, values, calibration, not calibration.measured_load(*load)
-        )
+        result.intervals = calibrated_intervals(result.intervals, values, calibration, load)
     return result
 
 

@@ -111,13 +111,18 @@ class PredictIntervals(BaseModel):
     )
 
 
+def _table_file(path: Path) -> dict[str, Any]:
+    """A bench-written TOML table, empty when its bench never ran."""
+    if not path.exists():
+        return {}
+    with path.open("rb") as fh:
+        return tomllib.load(fh)
+
+
 @lru_cache(maxsize=1)
 def interval_table() -> dict[str, Any]:
     """The stored interval table (empty when bench/prediction_intervals.py never ran)."""
-    if not INTERVALS_FILE.exists():
-        return {}
-    with INTERVALS_FILE.open("rb") as fh:
-        return tomllib.load(fh)
+    return _table_file(INTERVALS_FILE)
 
 
 def ratio_interval(
@@ -221,10 +226,7 @@ on published sweeps at the loads above the two each was calibrated on."""
 @lru_cache(maxsize=1)
 def extrapolation_table() -> dict[str, Any]:
     """p10/p90 per metric family of calibrated predictions beyond the measured loads."""
-    if not CALIBRATED_FILE.exists():
-        return {}
-    with CALIBRATED_FILE.open("rb") as fh:
-        return tomllib.load(fh)
+    return _table_file(CALIBRATED_FILE)
 
 
 _FAMILY_OF_FIELD = {
@@ -270,15 +272,15 @@ def calibrated_intervals(
     published: PredictIntervals,
     values: dict[str, float | None],
     applied: Any,
-    extrapolating: bool,
+    load: tuple[int | None, float | None],
 ) -> PredictIntervals:
     """The intervals of a calibrated prediction: each predicted value x the p10/p90 of the
     calibration's own residuals (measured / calibrated prediction on its points), with the
-    run-to-run noise as the floor. At a load the calibration did not measure
-    (``extrapolating``) the band widens to what calibrated predictions beyond their
-    measured loads missed by on published sweeps. A metric the calibration has no
-    residuals for keeps its published interval. ``values`` maps a field (``ttft_ms``...)
-    to the predicted value."""
+    run-to-run noise as the floor. At a ``load`` (concurrency, rate) the calibration did not
+    measure the band widens to what calibrated predictions beyond their measured loads
+    missed by on published sweeps. A metric the calibration has no residuals for keeps its
+    published interval. ``values`` maps a field (``ttft_ms``...) to the predicted value."""
+    extrapolating = not applied.measured_load(*load)
     fields: dict[str, Any] = {}
     for field, value in values.items():
         family = _FAMILY_OF_FIELD[field]

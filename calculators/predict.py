@@ -460,9 +460,9 @@ def _apply_calibration(req: PredictRequest, result: PredictResult, calibration: 
     )
     result.calibration = calibration
     if result.intervals is not None:
-        measured = calibration.measured_load(result.load.concurrency, result.load.request_rate)
+        load = (result.load.concurrency, result.load.request_rate)
         result.intervals = calibrated_intervals(
-            result.intervals, _interval_values(result), calibration, not measured
+            result.intervals, _interval_values(result), calibration, load
         )
     result.factors_source = f"calibration {calibration.name!r} over {result.factors_source}"
     result.assumptions[:0] = calibration_notes(calibration, req.model, req.gpu)

@@ -67,18 +67,12 @@ def budget_request(s: Screened, spec: SearchSpec, rate: float) -> Any:
         request_rate=rate,
         network_rtt_ms=spec.network_rtt_ms,
         prefix_cache_hit_rate=spec.shared_prefix_fraction,
-        calibration=_calibration_name(s, spec),
     )
-
-
-def _calibration_name(s: Screened, spec: SearchSpec) -> str | None:
-    applied = calibration_for(s.config.gpu, spec)
-    return applied.name if applied is not None else None
 
 
 def _budget(s: Screened, spec: SearchSpec, rate: float, find_max_rate: bool = True) -> Any:
     """``budget`` of one replica of ``s`` at ``rate`` (calibrated where the spec's
-    calibration covers the candidate's GPU)."""
+    calibration covers the candidate's GPU; the memo keys on the calibration itself)."""
     req = budget_request(s, spec, rate)
     return api.budget(req, find_max_rate, calibration_for(s.config.gpu, spec))
 
@@ -134,7 +128,6 @@ def _evaluate_offline(s: Screened, spec: SearchSpec) -> Evaluated:
             output_tokens_p95=spec.output_tokens.p95,
             request_rate=spec.peak_rate_per_s / replicas,
             prefix_cache_hit_rate=spec.shared_prefix_fraction,
-            calibration=_calibration_name(s, spec),
         ),
         calibration_for(s.config.gpu, spec),
     )
