@@ -81,6 +81,14 @@ class MeasuredPoint(BaseModel):
     output_lens: list[int] | None = None
     ttfts_ms: list[float] | None = None
     itls_ms: list[list[float]] | None = None
+    length_spread: Literal["fixed", "uniform"] = Field(
+        default="fixed",
+        description=(
+            "How per-request lengths spread around the means when the lists are absent: "
+            "fixed, or uniform from 1 to twice the mean (sglang.bench_serving's random "
+            "dataset at its default --random-range-ratio 0)."
+        ),
+    )
 
     @property
     def load_label(self) -> str:

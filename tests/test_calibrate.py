@@ -380,3 +380,32 @@ def test_recommend_uses_the_calibration_on_its_gpu_only(db, capsys) -> None:
     # a calibration for a GPU the search leaves out is a mistake, named
     assert main([*args, "--gpus", "l40s", "--calibration", "h100"]) == 2
     assert "--calibration" in capsys.readouterr().err
+
+
+def test_uniform_length_spread_keeps_the_means_and_desynchronises_a_closed_loop() -> None:
+    """sglang.bench_serving's random dataset draws lengths from 1 to the given length;
+    summarised as means, the spread is what keeps closed-loop clients from arriving in
+    lockstep waves, so a summary point can say how its lengths were spread."""
+    import numpy as np
+
+    from inferwise.calculators.bench_files import MeasuredPoint
+    from inferwise.calculators.deployment import Deployment
+    from inferwise.calculators.roofline import StepModel
+    from inferwise.calculators.user_calibration import point_lengths
+
+    base = dict(
+        source="t", tool="vllm-bench", concurrency=32, num_requests=320,
+        input_tokens_mean=2000.0, output_tokens_mean=300.0,
+    )  # fmt: skip
+    fixed = MeasuredPoint(**base)
+    spread = MeasuredPoint(**base, length_spread="uniform")
+    inp, out = point_lengths(spread)
+    assert abs(inp.mean() / 2000 - 1) < 0.08 and abs(out.mean() / 300 - 1) < 0.08
+    assert inp.min() >= 1 and inp.max() <= 3999 and np.ptp(out) > 400
+    assert len(set(point_lengths(fixed)[0].tolist())) == 1
+    model = StepModel.from_deployment(Deployment(model=MODEL, gpu="h100-sxm-80gb"))
+    ttft_fixed = simulate_point(model, fixed, 0.0)["ttft_ms"]
+    ttft_spread = simulate_point(model, spread, 0.0)["ttft_ms"]
+    assert ttft_spread < 0.8 * ttft_fixed  # waves no longer prefill together
+    with pytest.raises(ValueError):
+        MeasuredPoint(**base, length_spread="normal")
