@@ -117,13 +117,13 @@ def load_measurements(path: str | Path) -> list[dict[str, Any]]:
 
 
 def measurement_deployment(m: dict[str, Any]) -> Any:
-    """The Deployment a measurement was taken on (engines other than vLLM/SGLang,
-    e.g. TensorRT-LLM, use vLLM's memory policy and their own efficiency table)."""
+    """The Deployment a measurement was taken on (an engine the fit does not know uses
+    vLLM's memory policy and its own efficiency table)."""
     from .deployment import Deployment
 
     fields = {k: m[k] for k in DEPLOYMENT_KEYS if k in m}
     engine = m.get("engine", "vllm")
-    fields["engine"] = engine if engine in ("vllm", "sglang") else "vllm"
+    fields["engine"] = engine if engine in ("vllm", "sglang", "trtllm") else "vllm"
     return Deployment(**fields)
 
 
@@ -140,9 +140,11 @@ def simulate_measurement(
     dep = measurement_deployment(m)
     if efficiency is None:
         efficiency = load_efficiency(get_gpu(m["gpu"]), m.get("engine", "vllm"))
-    model = StepModel.from_deployment(dep, efficiency)
-    if m.get("engine") == "trtllm":
-        model = no_evict_admission(model, dep, int(m["input_tokens"]) + int(m["output_tokens"]))
+    model = admission(
+        StepModel.from_deployment(dep, efficiency),
+        dep.engine,
+        int(m["input_tokens"]) + int(m["output_tokens"]),
+    )
     load = m.get("load", "offline")
     n = min(int(m.get("num_prompts", 100)), MAX_SIMULATED_REQUESTS)
     concurrency = int(m["concurrency"]) if load == "concurrency" else None
@@ -157,32 +159,27 @@ def simulate_measurement(
     return {name: metric_value(stats, name) for name in m["values"]}
 
 
-TRTLLM_FREE_MEMORY_FRACTION = 0.9  # TensorRT-LLM KvCacheConfig default
 MAX_SIMULATED_REQUESTS = 4000  # steady state long before; 30,000-request offline runs stay fast
 
 
-def no_evict_admission(model: Any, dep: Any, tokens_per_request: int) -> Any:
-    """TensorRT-LLM's memory and admission policy on top of the vLLM-shaped step model.
+def admission(model: Any, engine: str, tokens_per_request: int | None) -> Any:
+    """The engine's admission policy on the step model: TensorRT-LLM's no-evict cap when
+    the request length is known, the step model as built otherwise."""
+    if engine != "trtllm" or not tokens_per_request:
+        return model
+    return no_evict_admission(model, tokens_per_request)
 
-    Memory: its KV cache takes kv_cache_free_gpu_mem_fraction (0.9) of the memory left
-    after weights and runtime allocations, where vLLM takes gpu_memory_utilization of the
-    total and subtracts them. Admission: its default capacity scheduler
-    (GUARANTEED_NO_EVICT) starts a request only when its whole input + output fits, so
-    it never preempts; with fixed lengths that caps the batch at KV capacity / (input +
-    output). vLLM admits on the tokens in hand and preempts (recompute) when it runs out.
-    """
+
+def no_evict_admission(model: Any, tokens_per_request: int) -> Any:
+    """TensorRT-LLM's default capacity scheduler (GUARANTEED_NO_EVICT): a request starts
+    only when its whole input + output fits in the KV cache, so it never preempts; with
+    one length that caps the batch at KV capacity / (input + output). vLLM admits on the
+    tokens in hand and preempts (recompute) when it runs out. The KV capacity itself is
+    the TensorRT-LLM fit's (``trtllm_fit``)."""
     from dataclasses import replace
 
-    from .fit import FitRequest, estimate_fit
-
-    g = estimate_fit(FitRequest(**dep.model_dump()), with_suggestions=False).per_gpu
-    runtime_gib = g.weights_gib + g.activation_gib + g.non_torch_gib
-    trt_kv_gib = TRTLLM_FREE_MEMORY_FRACTION * max(0.0, g.total_gib - runtime_gib)
-    kv_tokens = model.kv_capacity_tokens * (trt_kv_gib / g.kv_cache_gib if g.kv_cache_gib else 1)
-    cap = max(1, int(kv_tokens // max(1, tokens_per_request)))
-    return replace(
-        model, kv_capacity_tokens=int(kv_tokens), max_num_seqs=min(model.max_num_seqs, cap)
-    )
+    cap = max(1, int(model.kv_capacity_tokens // max(1, tokens_per_request)))
+    return replace(model, max_num_seqs=min(model.max_num_seqs, cap))
 
 
 def metric_value(stats: Any, name: str) -> float:

@@ -128,8 +128,10 @@ class Deployment(BaseModel):
     enforce_eager: bool = Field(
         default=False, description="Disable CUDA graphs (vLLM --enforce-eager)."
     )
-    engine: Literal["vllm", "sglang"] = Field(
-        default="vllm", description="Serving engine whose memory policy applies."
+    engine: Literal["vllm", "sglang", "trtllm"] = Field(
+        default="vllm",
+        description="Serving engine whose memory policy, admission and efficiency factors apply "
+        "(trtllm: TensorRT-LLM / NIM, KV cache from free memory, no-evict admission).",
     )
     engine_version: str | None = Field(
         default=None,

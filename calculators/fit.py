@@ -75,7 +75,7 @@ class FitRequest(Deployment):
         description="Override config.json fields, KEY=VALUE (vLLM --hf-overrides), values as JSON "
         "(e.g. num_key_value_heads=8, model_type=llama); supplies facts a config lacks.",
     )
-    engine: Literal["vllm", "sglang", "llama.cpp"] = Field(
+    engine: Literal["vllm", "sglang", "trtllm", "llama.cpp"] = Field(
         default="vllm",
         description="Serving engine whose memory policy applies; llama.cpp reads a GGUF file "
         "(--model PATH.gguf or REPO:QUANT).",
@@ -481,6 +481,10 @@ def _estimate(
 
         return estimate_llamacpp(req, with_suggestions)
     replica = _replica(req, resolved)
+    if req.engine == "trtllm":
+        from .trtllm_fit import estimate_trtllm
+
+        return estimate_trtllm(replica)
     if req.engine == "sglang":
         if replica.arch.is_hybrid_ssm:
             raise InputError(
@@ -829,7 +833,7 @@ def _max_model_len(req: FitRequest, arch: ModelArchitecture, notes: _Notes) -> i
         )
     if req.max_model_len is None:
         notes.assumptions.append(
-            f"max_model_len = the model's maximum, {model_max:,} tokens (vLLM's default)"
+            f"max_model_len = the model's maximum, {model_max:,} tokens (the engine's default)"
         )
     return req.max_model_len or model_max
 
@@ -1434,7 +1438,7 @@ def _sglang(r: _Replica) -> FitResult:
         kv_cache_gib=_gib(max(0.0, rest)),
         headroom_gib=_gib(r.total - usable),
     )
-    answer = _sglang_answer(req, tokens, max_len)
+    answer = token_pool_answer(req, tokens, max_len)
     return _result(
         r,
         engine="sglang",
@@ -1471,8 +1475,9 @@ def _sglang_settings(r: _Replica) -> tuple[SglangRules, SglangDefaults, float]:
     return rules, defaults, defaults.mem_fraction_static
 
 
-def _sglang_answer(req: FitRequest, tokens: int, max_len: int) -> QuestionAnswer | None:
-    """The user's own question against SGLang's token pool (one token per slot)."""
+def token_pool_answer(req: FitRequest, tokens: int, max_len: int) -> QuestionAnswer | None:
+    """The user's own question against a pool of KV tokens (SGLang's one token per slot,
+    TensorRT-LLM's blocks already counted in whole)."""
     if req.context_tokens is None and req.concurrency is None:
         return None
     ctx = req.context_tokens or max_len

@@ -481,17 +481,22 @@ def _interval_values(result: PredictResult) -> dict[str, float | None]:
 
 
 def step_model_for(req: Any, calibration: AppliedCalibration | None) -> Any:
-    """The deployment's step model, with a calibration's factors when one is given."""
+    """The deployment's step model, with a calibration's factors when one is given, under
+    the engine's admission (TensorRT-LLM's no-evict cap at the request's median lengths,
+    where the request has them)."""
+    from .calibration import admission
     from .roofline import StepModel
 
     model = StepModel.from_deployment(req)
-    if calibration is None:
-        return model
-    from .user_calibration import calibrated_efficiency
+    if calibration is not None:
+        from .user_calibration import calibrated_efficiency
 
-    return StepModel.from_deployment(
-        req, calibrated_efficiency(model.efficiency, calibration.factors)
-    )
+        model = StepModel.from_deployment(
+            req, calibrated_efficiency(model.efficiency, calibration.factors)
+        )
+    lengths = (getattr(req, "input_tokens", None), getattr(req, "output_tokens", None))
+    tokens = lengths[0] + lengths[1] if None not in lengths else None
+    return admission(model, req.engine, tokens)
 
 
 def _predict(req: PredictRequest, calibration: AppliedCalibration | None) -> PredictResult:
@@ -696,8 +701,7 @@ def _predict_assumptions(req: PredictRequest, model: Any, mode: str, trace: Any)
     assumptions += [
         "step time = max(compute, memory) + tensor-parallel all-reduces + per-step overhead, with the "
         "calibrated efficiency factors listed under factors",
-        "scheduler as vLLM V1: decodes first, then chunked prefill within max_num_batched_tokens; "
-        "preemption by recompute of the newest request",
+        _scheduler_phrase(req.engine, model),
         f"{_hits_phrase(req)}, no speculative decoding; server-side times (no network, tokenization)",
         *model.notes,
     ]
@@ -717,6 +721,22 @@ def _predict_assumptions(req: PredictRequest, model: Any, mode: str, trace: Any)
                 "output_tokens_p95 for a spread"
             )
     return assumptions
+
+
+def _scheduler_phrase(engine: str, model: Any) -> str:
+    """How the simulated engine schedules (the simulator is vLLM V1's; TensorRT-LLM's
+    no-evict admission shows as the batch cap)."""
+    vllm = (
+        "decodes first, then chunked prefill within max_num_batched_tokens; "
+        "preemption by recompute of the newest request"
+    )
+    if engine == "trtllm":
+        return (
+            "scheduler as TensorRT-LLM's GUARANTEED_NO_EVICT: a request starts only when its "
+            f"whole input + output fits (batch capped at {model.max_num_seqs}), never preempted; "
+            "in-flight batching with chunked context as vLLM V1's decodes-first steps"
+        )
+    return f"scheduler as vLLM V1: {vllm}"
 
 
 def _hits_phrase(req: Any) -> str:

@@ -47,7 +47,7 @@ class ExplainRequest(BaseModel):
     tensor_parallel_size: int = Field(default=1, ge=1, le=128)
     quantization: str | None = Field(default=None, max_length=100)
     max_num_seqs: int | None = Field(default=None, ge=1, le=1_000_000)
-    engine: Literal["vllm", "sglang"] = "vllm"
+    engine: Literal["vllm", "sglang", "trtllm"] = "vllm"
     calibration: str | None = Field(
         default=None,
         max_length=64,

@@ -68,7 +68,7 @@ class RecommendRequest(BaseModel):
         le=1,
         description="A model passes at floor x (1 + margin); default 0.02.",
     )
-    engine: Literal["vllm", "sglang"] | None = Field(
+    engine: Literal["vllm", "sglang", "trtllm"] | None = Field(
         default=None, description="Serving engine; default: the workload's, else vllm."
     )
     engine_version: str | None = Field(default=None, max_length=50)
@@ -271,13 +271,17 @@ def _targets(req: RecommendRequest, wl: Workload) -> dict[str, dict[str, float]]
 def _engine(req: RecommendRequest, wl: Workload) -> str:
     if req.engine:
         return req.engine
+    from .sizing import CALCULATOR_ENGINES
+
     stated = wl.deployment.engine if wl.deployment else None
-    if stated in (None, "vllm", "sglang"):
-        return stated or "vllm"
+    if stated is None:
+        return "vllm"
+    if stated in CALCULATOR_ENGINES:
+        return CALCULATOR_ENGINES[stated]
     raise InputError(
         "engine",
         f"the workload's deployment.engine {stated!r} has no memory and batching model here",
-        "vllm, sglang (--engine)",
+        "vllm, sglang, trtllm (--engine; a workload's tensorrt-llm is trtllm)",
     )
 
 

@@ -139,6 +139,10 @@ def _deployment_keys() -> tuple[str, ...]:
     )
 
 
+CALCULATOR_ENGINES = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm"}
+"""A workload's deployment.engine -> the calculators' --engine, for the engines they model."""
+
+
 def deployment_kwargs(workload: Workload, **override: Any) -> dict[str, Any]:
     """Calculator deployment fields from the workload's deployment (only what it states)."""
     dep = workload.deployment
@@ -148,8 +152,8 @@ def deployment_kwargs(workload: Workload, **override: Any) -> dict[str, Any]:
             value = getattr(dep, key)
             if value is not None:
                 out[key] = value
-        if dep.engine in ("vllm", "sglang"):
-            out["engine"] = dep.engine
+        if dep.engine in CALCULATOR_ENGINES:
+            out["engine"] = CALCULATOR_ENGINES[dep.engine]
         if dep.engine_version:
             out["engine_version"] = dep.engine_version
     out.update({k: v for k, v in override.items() if v is not None})

@@ -13,6 +13,8 @@ VERIFY_REQUESTS = 200
 def serve_command(s: Screened, spec: SearchSpec) -> str:
     """The exact engine start line of one replica."""
     c = s.config
+    if spec.engine == "trtllm":
+        return _trtllm_serve(s)
     if spec.engine == "sglang":
         parts = [
             "python -m sglang.launch_server",
@@ -48,6 +50,33 @@ def serve_command(s: Screened, spec: SearchSpec) -> str:
         # the weights must come from an INT4 checkpoint of the model; vLLM reads its config
         line = line.replace(f"serve {c.model}", f"serve <AWQ/GPTQ INT4 checkpoint of {c.model}>")
     return line
+
+
+def _trtllm_serve(s: Screened) -> str:
+    """trtllm-serve (PyTorch backend). It quantizes nothing at start-up: FP8 and INT4
+    weights come from a pre-quantized (ModelOpt / AWQ) checkpoint; an FP8 KV cache is a
+    kv_cache_config setting in the extra options file."""
+    c = s.config
+    model = c.model if not c.revision else f"<local snapshot of {c.model} at {c.revision}>"
+    if c.quantization_flag == FP8:
+        model = f"<FP8 (ModelOpt) checkpoint of {c.model}>"
+    elif c.quantization == INT4:
+        model = f"<INT4 AWQ checkpoint of {c.model}>"
+    parts = [
+        f"trtllm-serve {model}",
+        "--backend pytorch",
+        f"--tp_size {c.tensor_parallel_size}",
+        f"--pp_size {c.pipeline_parallel_size}",
+        f"--max_seq_len {s.max_model_len}",
+        f"--max_batch_size {s.max_num_seqs}",
+        f"--max_num_tokens {s.max_num_batched_tokens}",
+        "--kv_cache_free_gpu_memory_fraction 0.9",
+    ]
+    if c.kv_cache_dtype == "fp8":
+        parts.append(
+            "--extra_llm_api_options kv-fp8.yaml  # kv-fp8.yaml: kv_cache_config: {dtype: fp8}"
+        )
+    return " ".join(parts)
 
 
 def verify_command(s: Screened, spec: SearchSpec, design_rate_per_s: float) -> str:

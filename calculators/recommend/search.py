@@ -357,7 +357,9 @@ def _candidate_notes(e: Evaluated, spec: SearchSpec) -> list[str]:
     c = e.screened.config
     if c.quantization == INT4:
         yield "int4 weights: a quality risk; evaluate an AWQ/GPTQ checkpoint against the floor first"
-    if c.quantization == "fp8" and not c.from_checkpoint:
+    if c.quantization == "fp8" and not c.from_checkpoint and spec.engine == "trtllm":
+        yield "fp8 weights: TensorRT-LLM loads a pre-quantized checkpoint (ModelOpt); check quality"
+    elif c.quantization == "fp8" and not c.from_checkpoint:
         yield "fp8 weights quantized at load time (--quantization fp8); check quality"
     if c.kv_cache_dtype == "fp8":
         yield "fp8 KV cache: check long-context quality"

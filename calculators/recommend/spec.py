@@ -102,7 +102,7 @@ class SearchSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     models: list[ModelOption] = Field(min_length=1, max_length=MAX_MODELS)
-    engine: Literal["vllm", "sglang"] = "vllm"
+    engine: Literal["vllm", "sglang", "trtllm"] = "vllm"
     engine_version: str | None = None
     calibration: AppliedCalibration | None = None
     """A stored calibration: its factors for the candidates on its GPU (see .calibrated)."""
