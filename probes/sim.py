@@ -84,7 +84,9 @@ class SimConfig(BaseModel):
     kv_cache_dtype: KvCacheDtype = _as_in_deployment("kv_cache_dtype")
     block_size: int | None = _as_in_deployment("block_size")
     enforce_eager: bool = _as_in_deployment("enforce_eager")
-    engine: Literal["vllm", "sglang"] = _as_in_deployment("engine")
+    engine: Literal["vllm", "sglang", "trtllm"] = _as_in_deployment("engine")
+    """trtllm: its KV cache and efficiency factors; the served engine admits as vLLM does
+    (a request's output length is not known when it arrives)."""
     engine_version: str | None = _as_in_deployment("engine_version")
     max_model_len: int | None = Field(
         default=None,
