@@ -119,6 +119,8 @@ def simulate(
 
     inp = np.asarray(input_tokens, dtype=np.int64)
     out = np.maximum(np.asarray(output_tokens, dtype=np.int64), 1)
+    if model.reserves_whole_request and len(inp):
+        model = no_evict_admission(model, int(round(float((inp + out).mean()))))
     arrivals = _initial_arrivals(arrival_ms, concurrency, len(inp), stagger_ms)
     closed = arrival_ms is None and concurrency is not None
     loop = _StepLoop(model, inp.tolist(), out.tolist(), arrivals, closed)
@@ -126,6 +128,17 @@ def simulate(
         loop.preload(cached)
     loop.run(max_steps)
     return _result(inp, out, loop.timeline(), loop.itl_chunks, loop.itl_counts, loop.counters())
+
+
+def no_evict_admission(model: StepModel, tokens_per_request: int) -> StepModel:
+    """TensorRT-LLM's default capacity scheduler (GUARANTEED_NO_EVICT) as a batch cap:
+    with every request reserving its whole input + output, at most KV capacity / (input +
+    output) run at once, at the mean length of the requests simulated (exact for the
+    fixed lengths of benchmarks; per-request reservation is not modelled)."""
+    from dataclasses import replace
+
+    cap = max(1, int(model.kv_capacity_tokens // max(1, tokens_per_request)))
+    return replace(model, max_num_seqs=min(model.max_num_seqs, cap))
 
 
 @dataclass(frozen=True)

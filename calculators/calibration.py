@@ -140,11 +140,7 @@ def simulate_measurement(
     dep = measurement_deployment(m)
     if efficiency is None:
         efficiency = load_efficiency(get_gpu(m["gpu"]), m.get("engine", "vllm"))
-    model = admission(
-        StepModel.from_deployment(dep, efficiency),
-        dep.engine,
-        int(m["input_tokens"]) + int(m["output_tokens"]),
-    )
+    model = StepModel.from_deployment(dep, efficiency)
     load = m.get("load", "offline")
     n = min(int(m.get("num_prompts", 100)), MAX_SIMULATED_REQUESTS)
     concurrency = int(m["concurrency"]) if load == "concurrency" else None
@@ -160,26 +156,6 @@ def simulate_measurement(
 
 
 MAX_SIMULATED_REQUESTS = 4000  # steady state long before; 30,000-request offline runs stay fast
-
-
-def admission(model: Any, engine: str, tokens_per_request: int | None) -> Any:
-    """The engine's admission policy on the step model: TensorRT-LLM's no-evict cap when
-    the request length is known, the step model as built otherwise."""
-    if engine != "trtllm" or not tokens_per_request:
-        return model
-    return no_evict_admission(model, tokens_per_request)
-
-
-def no_evict_admission(model: Any, tokens_per_request: int) -> Any:
-    """TensorRT-LLM's default capacity scheduler (GUARANTEED_NO_EVICT): a request starts
-    only when its whole input + output fits in the KV cache, so it never preempts; with
-    one length that caps the batch at KV capacity / (input + output). vLLM admits on the
-    tokens in hand and preempts (recompute) when it runs out. The KV capacity itself is
-    the TensorRT-LLM fit's (``trtllm_fit``)."""
-    from dataclasses import replace
-
-    cap = max(1, int(model.kv_capacity_tokens // max(1, tokens_per_request)))
-    return replace(model, max_num_seqs=min(model.max_num_seqs, cap))
 
 
 def metric_value(stats: Any, name: str) -> float:

@@ -1419,13 +1419,7 @@ def _sglang(r: _Replica) -> FitResult:
             name="kv_cache_tokens", provenance="computed", detail="SGLang profile_max_num_token"
         )
     )
-    fits = tokens >= max_len
-    conc = tokens / max_len if max_len else 0.0
-    verdict = (
-        f"Fits: {tokens:,} KV-cache tokens ({conc:.2f} requests of {max_len:,} tokens)."
-        if fits
-        else f"Does not fit: the KV pool holds {tokens:,} tokens, fewer than one request of {max_len:,}."
-    )
+    fits, conc, verdict = token_pool_verdict(tokens, max_len, "the KV pool")
     usable = r.total * mfs
     per_gpu = PerGpuMemory(
         total_gib=_gib(r.total),
@@ -1473,6 +1467,19 @@ def _sglang_settings(r: _Replica) -> tuple[SglangRules, SglangDefaults, float]:
         return rules, defaults, req.gpu_memory_utilization
     notes.assumptions.append(defaults.why)
     return rules, defaults, defaults.mem_fraction_static
+
+
+def token_pool_verdict(tokens: int, max_len: int, pool: str) -> tuple[bool, float, str]:
+    """(fits, whole requests of max_len, verdict) for a pool of KV tokens that must hold
+    one request of max_len (SGLang's and TensorRT-LLM's check at start-up)."""
+    fits = tokens >= max_len
+    conc = tokens / max_len if max_len else 0.0
+    verdict = (
+        f"Fits: {tokens:,} KV-cache tokens ({conc:.2f} requests of {max_len:,} tokens)."
+        if fits
+        else f"Does not fit: {pool} holds {tokens:,} tokens, fewer than one request of {max_len:,}."
+    )
+    return fits, conc, verdict
 
 
 def token_pool_answer(req: FitRequest, tokens: int, max_len: int) -> QuestionAnswer | None:

@@ -481,22 +481,17 @@ def _interval_values(result: PredictResult) -> dict[str, float | None]:
 
 
 def step_model_for(req: Any, calibration: AppliedCalibration | None) -> Any:
-    """The deployment's step model, with a calibration's factors when one is given, under
-    the engine's admission (TensorRT-LLM's no-evict cap at the request's median lengths,
-    where the request has them)."""
-    from .calibration import admission
+    """The deployment's step model, with a calibration's factors when one is given."""
     from .roofline import StepModel
 
     model = StepModel.from_deployment(req)
-    if calibration is not None:
-        from .user_calibration import calibrated_efficiency
+    if calibration is None:
+        return model
+    from .user_calibration import calibrated_efficiency
 
-        model = StepModel.from_deployment(
-            req, calibrated_efficiency(model.efficiency, calibration.factors)
-        )
-    lengths = (getattr(req, "input_tokens", None), getattr(req, "output_tokens", None))
-    tokens = lengths[0] + lengths[1] if None not in lengths else None
-    return admission(model, req.engine, tokens)
+    return StepModel.from_deployment(
+        req, calibrated_efficiency(model.efficiency, calibration.factors)
+    )
 
 
 def _predict(req: PredictRequest, calibration: AppliedCalibration | None) -> PredictResult:
@@ -558,12 +553,12 @@ def _predict(req: PredictRequest, calibration: AppliedCalibration | None) -> Pre
         saturation=sat,
         kv_cache_tokens=int(model.kv_capacity_tokens),
         peak_kv_cache_usage=min(1.0, res.peak_kv_tokens / max(1, model.kv_capacity_tokens)),
-        max_num_seqs=model.max_num_seqs,
+        max_num_seqs=admitted_batch(model, mean_in + mean_out),
         max_num_batched_tokens=model.max_num_batched_tokens,
         preemptions=int(res.preemptions),
         factors=model.efficiency.describe(),
         factors_source=model.efficiency.source,
-        assumptions=_predict_assumptions(req, model, mode, trace),
+        assumptions=_predict_assumptions(req, model, mode, trace, mean_in + mean_out),
         warnings=warnings,
         speculative=spec,
         prefix_cache=_prefix_result(run, itl),
@@ -681,7 +676,19 @@ def _sim_warnings(
     return warnings
 
 
-def _predict_assumptions(req: PredictRequest, model: Any, mode: str, trace: Any) -> list[str]:
+def admitted_batch(model: Any, mean_tokens: float) -> int:
+    """The most requests the engine runs at once: max_num_seqs, or for an engine that
+    reserves each request's whole length (TensorRT-LLM) what the KV cache holds of them."""
+    if not model.reserves_whole_request:
+        return int(model.max_num_seqs)
+    from .batching_sim import no_evict_admission
+
+    return int(no_evict_admission(model, round(mean_tokens)).max_num_seqs)
+
+
+def _predict_assumptions(
+    req: PredictRequest, model: Any, mode: str, trace: Any, mean_tokens: float
+) -> list[str]:
     assumptions: list[str] = []
     if trace is not None:
         from .trace_load import MAX_TRACE_SIM_REQUESTS, trace_note
@@ -701,7 +708,7 @@ def _predict_assumptions(req: PredictRequest, model: Any, mode: str, trace: Any)
     assumptions += [
         "step time = max(compute, memory) + tensor-parallel all-reduces + per-step overhead, with the "
         "calibrated efficiency factors listed under factors",
-        _scheduler_phrase(req.engine, model),
+        _scheduler_phrase(req.engine, admitted_batch(model, mean_tokens)),
         f"{_hits_phrase(req)}, no speculative decoding; server-side times (no network, tokenization)",
         *model.notes,
     ]
@@ -723,7 +730,7 @@ def _predict_assumptions(req: PredictRequest, model: Any, mode: str, trace: Any)
     return assumptions
 
 
-def _scheduler_phrase(engine: str, model: Any) -> str:
+def _scheduler_phrase(engine: str, batch: int) -> str:
     """How the simulated engine schedules (the simulator is vLLM V1's; TensorRT-LLM's
     no-evict admission shows as the batch cap)."""
     vllm = (
@@ -733,7 +740,7 @@ def _scheduler_phrase(engine: str, model: Any) -> str:
     if engine == "trtllm":
         return (
             "scheduler as TensorRT-LLM's GUARANTEED_NO_EVICT: a request starts only when its "
-            f"whole input + output fits (batch capped at {model.max_num_seqs}), never preempted; "
+            f"whole input + output fits (batch capped at {batch}), never preempted; "
             "in-flight batching with chunked context as vLLM V1's decodes-first steps"
         )
     return f"scheduler as vLLM V1: {vllm}"

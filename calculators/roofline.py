@@ -215,6 +215,10 @@ class StepModel:
     """Assumptions made while building the model (shown to the user)."""
     max_model_len: int | None = None
     """The context window as the fit resolved it (the model's own unless set)."""
+    reserves_whole_request: bool = False
+    """Admission as TensorRT-LLM's GUARANTEED_NO_EVICT: a request starts only when its whole
+    input + output fits in the KV cache, so nothing is preempted (vLLM and SGLang admit on
+    the tokens in hand and preempt when they run out). The simulator applies it."""
 
     # ------------------------------------------------------------------ core arithmetic
 
@@ -546,6 +550,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         enforce_eager=dep.enforce_eager,
         notes=tuple(notes),
         max_model_len=cap["max_model_len"],
+        reserves_whole_request=dep.engine == "trtllm",
     )
 
 

@@ -14,7 +14,7 @@ Defaults: TensorRT-LLM docs, "How to change KV cache behavior" (free_gpu_memory_
 0.9) and ``trtllm-serve`` / BuildConfig (max_batch_size 2048, max_num_tokens 8192,
 tokens_per_block 32), read 2026-12-03. Admission (GUARANTEED_NO_EVICT, a request starts
 only when its whole input + output fits) is the step model's, see
-``calibration.no_evict_admission``.
+``batching_sim.no_evict_admission``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ GiB = 1 << 30
 
 def estimate_trtllm(r: _Replica) -> FitResult:
     """The fit under TensorRT-LLM's memory rule (module docstring)."""
-    from .fit import _Notes, _result, _vllm, token_pool_answer
+    from .fit import _Notes, _result, _vllm, token_pool_answer, token_pool_verdict
 
     if r.arch.is_hybrid_ssm:
         raise InputError(
@@ -66,13 +66,7 @@ def estimate_trtllm(r: _Replica) -> FitResult:
     tokens = int(kv_bytes // r.kvb.per_gpu) // block * block if r.kvb.per_gpu > 0 else 0
     _note_assumptions(r, fraction, block, tokens_in_flight)
     max_len = r.max_model_len
-    fits = tokens >= max_len
-    conc = tokens / max_len if max_len else 0.0
-    verdict = (
-        f"Fits: {tokens:,} KV-cache tokens ({conc:.2f} requests of {max_len:,} tokens)."
-        if fits
-        else f"Does not fit: the KV cache holds {tokens:,} tokens, fewer than one request of {max_len:,}."
-    )
+    fits, conc, verdict = token_pool_verdict(tokens, max_len, "the KV cache")
     return _result(
         r,
         engine="trtllm",

@@ -197,14 +197,12 @@ def spare_replicas(availability: float | None) -> int:
 
 
 def _step_model(cfg: Config, spec: SearchSpec, window: int) -> Any:
-    from ..calibration import admission
     from ..deployment import Deployment
     from ..predict import step_model_for
     from .calibrated import calibration_for
 
     dep = Deployment(**deployment_fields(cfg, spec, window))
-    model = step_model_for(dep, calibration_for(cfg.gpu, spec))
-    return admission(model, spec.engine, round(spec.input_tokens.mean + spec.output_tokens.mean))
+    return step_model_for(dep, calibration_for(cfg.gpu, spec))
 
 
 def _saturation(model: Any, spec: SearchSpec, window: int) -> float:
