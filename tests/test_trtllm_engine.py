@@ -116,3 +116,19 @@ def test_recommend_gives_a_trtllm_serve_line_and_reads_a_workloads_tensorrt_llm(
         RecommendRequest(workload=str(wl), gpus=["h100-sxm-80gb"], top=1)
     )
     assert from_workload.recommended.serve_command.startswith("trtllm-serve ")
+
+
+def test_mcp_predict_tool_takes_engine_trtllm():
+    import asyncio
+
+    from inferwise.server.mcp_server import make_tool_function
+    from inferwise.server.registry import BY_TOOL
+
+    fn = make_tool_function(BY_TOOL["predict_performance"])
+    result = asyncio.run(
+        fn(model=MODEL, gpu="h100", engine="trtllm", input_tokens=4000, output_tokens=1000,
+           concurrency=256)
+    )  # fmt: skip
+    data = result.structured_content
+    assert data["engine"] == "trtllm" and data["preemptions"] == 0
+    assert data["max_num_seqs"] == data["kv_cache_tokens"] // 5000
