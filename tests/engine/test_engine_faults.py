@@ -34,12 +34,24 @@ def test_killing_the_server_mid_run_keeps_finished_requests_and_classifies_the_r
 
     async def progress(done: float, total: float | None, message: str) -> None:
         if done >= KILL_AFTER and not killed_at:
+            e2e_ms = await stored_request_length_ms()
             killed_at.append(done)
-            with RunStore(probe_engine.db) as store:
-                (run,) = store.list_runs(limit=1)
-                e2e_ms = statistics.median(r.e2e_ms for r in store.requests(run.run_id) if r.ok)
             # the next wave has just started: kill it half-way through its streams
             asyncio.get_running_loop().call_later(e2e_ms / 2000.0, server.kill)
+
+    async def stored_request_length_ms() -> float:
+        """The median finished request's E2E, read back from the store. Its writer thread
+        commits within milliseconds, but the progress callback can come first (a CI run
+        read an empty store; the error, swallowed by the progress reporter, left the kill
+        unscheduled): wait for it, up to a second."""
+        for _ in range(100):
+            with RunStore(probe_engine.db) as store:
+                (run,) = store.list_runs(limit=1)
+                stored = [r.e2e_ms for r in store.requests(run.run_id) if r.ok]
+            if stored:
+                return statistics.median(stored)
+            await asyncio.sleep(0.01)
+        raise AssertionError("no finished request reached the store within a second")
 
     result, records = probe_engine(
         server,
