@@ -210,6 +210,7 @@ def run_point(
             "median": _pct(ttft_err, 50),
             "p90": _pct(ttft_err, 90),
             "p99": _pct(ttft_err, 99),
+            "over_5ms_pct": 100 * sum(abs(x) > 5.0 for x in ttft_err) / n if n else None,
         },
         "last_token_error_ms": {"median": _pct(e2e_err, 50), "p99": _pct(e2e_err, 99)},
         "itl_error_ms": {

