@@ -9,18 +9,23 @@ and prints them as TOML for calculators/data/efficiency.toml.
 
     .venv/bin/python bench/predict_accuracy.py            # error table with the stored factors
     .venv/bin/python bench/predict_accuracy.py --fit      # fit, then the table with fitted factors
+    .venv/bin/python bench/predict_accuracy.py --fit-layers   # only the GPU-generation and engine
+                                                              # layers (LAYER_FITS), one factor each
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from inferwise.calculators.calibration import (
+    _table,
     fit_efficiency,
     load_efficiency,
     load_measurements,
@@ -47,19 +52,32 @@ def metric_class(name: str) -> str:
 
 
 def group_of(m: dict) -> str:
+    """The factor group a measurement is fitted in by --fit (SGLang on NVIDIA has only its
+    own layer, fitted by --fit-layers; its entries do not move vLLM's shared factors)."""
     if m.get("engine", "vllm") not in ("vllm", "sglang"):
         return "engine." + m["engine"]
-    return "vendor.amd" if get_gpu(m["gpu"]).vendor == "amd" else "default"
+    if get_gpu(m["gpu"]).vendor == "amd":
+        return "vendor.amd"
+    return "engine.sglang" if m.get("engine") == "sglang" else "default"
+
+
+def entry_efficiency(m: dict, factor_table: dict):
+    """The factors a measurement's deployment gets from a (fitted) factor table."""
+    return load_efficiency(get_gpu(m["gpu"]), m.get("engine", "vllm"), factor_table)
 
 
 def table(
-    measurements: list[dict], factors: dict[str, object] | None = None
+    measurements: list[dict],
+    factors: dict[str, object] | None = None,
+    factor_table: dict | None = None,
 ) -> dict[str, list[float]]:
     """Print one row per value; return relative errors by metric class."""
     errors: dict[str, list[float]] = {}
     print(f"{'measurement':52} {'metric':20} {'measured':>10} {'predicted':>10} {'error':>7}")
     for m in measurements:
         eff = factors.get(group_of(m)) if factors else None
+        if factor_table is not None:
+            eff = entry_efficiency(m, factor_table)
         try:
             pred = simulate_measurement(m, eff)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - report and go on
@@ -159,11 +177,16 @@ def source_report(rs: list[Residual], flags: list[bool]) -> None:
         print(f"{source[-76:]:76} {len(errs):4d} {ok:9.0%} {errs[len(errs) // 2]:12.0%} {cov:9.0%}")
 
 
-def interval_report(measurements: list[dict]) -> None:
+def interval_report(measurements: list[dict], factor_table: dict | None = None) -> None:
     """The issue's table: calibration vs held-out, with interval coverage (calibration
     rows against the stored table; held-out rows leave their own source out)."""
-    cal = residuals([m for m in measurements if m.get("split") == "calibration"])
-    out = residuals([m for m in measurements if m.get("split") != "calibration"])
+    effs = (
+        {m["id"]: entry_efficiency(m, factor_table) for m in measurements}
+        if factor_table is not None
+        else None
+    )
+    cal = residuals([m for m in measurements if m.get("split") == "calibration"], effs)
+    out = residuals([m for m in measurements if m.get("split") != "calibration"], effs)
     stored = interval_table().get("regime", {})
     out_flags = coverage_flags(out, out)
     split_report(cal + out, [covered(r, stored) for r in cal] + out_flags)
@@ -173,7 +196,9 @@ def interval_report(measurements: list[dict]) -> None:
 NEW_TERMS = ("compute_half_tokens", "attn_seq_overhead_us")
 
 
-def fit(calibration: list[dict], new_terms: bool = False) -> dict[str, object]:
+def fit(
+    calibration: list[dict], new_terms: bool = False, fixed: dict[str, float] | None = None
+) -> dict[str, object]:
     """Fit each group's factors on its calibration entries (with new_terms, also the
     optional GEMM ramp and per-sequence attention cost, started at 256 tokens / 0.5 us)."""
     groups: dict[str, list[dict]] = {}
@@ -183,7 +208,7 @@ def fit(calibration: list[dict], new_terms: bool = False) -> dict[str, object]:
     order = ["default"] + sorted(g for g in groups if g != "default")
     for g in order:
         ms = groups.get(g, [])
-        if not ms:
+        if not ms or g == "engine.sglang":
             continue
         gpu = get_gpu(ms[0]["gpu"])
         start = load_efficiency(gpu, ms[0].get("engine", "vllm"))
@@ -223,6 +248,9 @@ def fit(calibration: list[dict], new_terms: bool = False) -> dict[str, object]:
                 "allreduce_latency_us",
             )
         )
+        if fixed and g == "default":  # held at a measured value instead of fitted
+            start = replace(start, **fixed)
+            keys = tuple(k for k in keys if k not in fixed)
         if new_terms:
             keys = (*keys, *NEW_TERMS)
             start = replace(start, compute_half_tokens=256.0, attn_seq_overhead_us=0.5)
@@ -241,6 +269,111 @@ def fit(calibration: list[dict], new_terms: bool = False) -> dict[str, object]:
     return fitted
 
 
+A100_TABLES = tuple(
+    ("gpu", g) for g in ("a100-sxm-80gb", "a100-sxm-40gb", "a100-pcie-80gb", "a100-pcie-40gb")
+)
+
+
+@dataclass(frozen=True)
+class LayerFit:
+    """One factor of the tables that hold a GPU generation's or an engine's own values,
+    fitted alone on the calibration entries those tables apply to (the shared factors
+    stay as stored: a layer only says what is different about its GPUs or engine)."""
+
+    tables: tuple[tuple[str, str], ...]
+    key: str
+    applies: Callable[[dict], bool]
+    why: str
+
+
+LAYER_FITS = (
+    LayerFit(
+        A100_TABLES,
+        "compute_fraction",
+        lambda m: m["gpu"].startswith("a100") and m.get("engine", "vllm") == "vllm",
+        "Ampere's tensor cores reach a larger share of their (lower) peak than Hopper's",
+    ),
+    LayerFit(
+        (("engine", "sglang"),),
+        "request_overhead_ms",
+        lambda m: m.get("engine") == "sglang" and get_gpu(m["gpu"]).vendor == "nvidia",
+        "SGLang's per-request cost outside the GPU (tokenizer manager, scheduler hand-off)",
+    ),
+)
+
+
+def _is_moe(m: dict) -> bool:
+    from inferwise.calculators.calibration import measurement_deployment
+    from inferwise.calculators.roofline import StepModel
+
+    try:
+        return StepModel.from_deployment(measurement_deployment(m)).shape.num_experts > 0
+    except Exception:  # noqa: BLE001 - a run the fit rejects is no evidence either way
+        return False
+
+
+def with_value(base: dict, tables: tuple[tuple[str, str], ...], key: str, value: float) -> dict:
+    """A copy of a factor table with `key` set to `value` in each of `tables` (("default",
+    "") is the [default] table itself)."""
+    out = copy.deepcopy(base)
+    for kind, name in tables:
+        layer = out.setdefault(kind, {})
+        (layer if not name else layer.setdefault(name, {}))[key] = value
+    return out
+
+
+def table_loss(ms: list[dict], factor_table: dict) -> float:
+    """Mean squared log error of the measurements under a factor table (each error capped
+    at a factor of 3, as the shared fit caps them)."""
+    from inferwise.calculators.calibration import log_errors
+
+    cap = math.log(3)
+    errs = [
+        max(-cap, min(cap, e))
+        for m in ms
+        for e in log_errors([m], entry_efficiency(m, factor_table))
+    ]
+    return sum(e * e for e in errs) / len(errs)
+
+
+def fit_layer(lf: LayerFit, ms: list[dict], base: dict) -> tuple[float, float]:
+    """The value of one layer factor that fits `ms` best on top of `base` (bounded search in
+    log space), and its rms log error."""
+    from scipy.optimize import minimize_scalar
+
+    from inferwise.calculators.calibration import _BOUNDS
+
+    lo, hi = _BOUNDS[lf.key]
+    res = minimize_scalar(
+        lambda x: table_loss(ms, with_value(base, lf.tables, lf.key, math.exp(x))),
+        bounds=(math.log(lo), math.log(hi)),
+        method="bounded",
+        options={"xatol": 0.01},
+    )
+    return math.exp(res.x), math.sqrt(res.fun)
+
+
+def fit_layers(calibration: list[dict], without: tuple[str, ...] = ()) -> dict:
+    """Fit each LAYER_FITS factor in turn (later ones see the earlier fitted values);
+    returns the fitted factor table and prints the values for data/efficiency.toml."""
+    fitted = copy.deepcopy(_table())
+    for lf in LAYER_FITS:
+        if lf.key in without:
+            continue
+        ms = [m for m in calibration if lf.applies(m)]
+        before = math.sqrt(table_loss(ms, fitted))
+        t0 = time.perf_counter()
+        value, rms = fit_layer(lf, ms, fitted)
+        fitted = with_value(fitted, lf.tables, lf.key, value)
+        names = ", ".join(".".join(t) for t in lf.tables)
+        print(
+            f"# [{names}] {lf.key} = {value:.4g}: fitted on {len(ms)} calibration entries in "
+            f"{time.perf_counter() - t0:.0f} s, rms log error {rms:.3f} (before: {before:.3f}); "
+            f"{lf.why}"
+        )
+    return fitted
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -251,21 +384,42 @@ def main() -> int:
         action="store_true",
         help="with --fit: also fit compute_half_tokens and attn_seq_overhead_us",
     )
+    ap.add_argument(
+        "--fit-layers",
+        action="store_true",
+        help="fit only the GPU-generation and engine layers (LAYER_FITS) on the stored factors",
+    )
+    ap.add_argument(
+        "--fix",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --fit: hold a default factor at a measured value (e.g. link_fraction=0.8)",
+    )
+    ap.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="with --fit-layers: leave this layer factor as stored (compare with and without)",
+    )
     ap.add_argument("--data", default=str(DATA))
     args = ap.parse_args()
     ms = load_measurements(args.data)
     calibration = [m for m in ms if m.get("split") == "calibration"]
     holdout = [m for m in ms if m.get("split") != "calibration"]
-    factors = fit(calibration, args.new_terms) if args.fit else None
+    fixed = {k: float(v) for k, _, v in (f.partition("=") for f in args.fix)}
+    factors = fit(calibration, args.new_terms, fixed) if args.fit else None
+    layered = fit_layers(calibration, tuple(args.without)) if args.fit_layers else None
     print(f"\n== calibration part ({len(calibration)} entries)")
-    e_cal = table(calibration, factors)
+    e_cal = table(calibration, factors, layered)
     print(f"\n== held-back part ({len(holdout)} entries, never used for fitting)")
-    e_hold = table(holdout, factors)
+    e_hold = table(holdout, factors, layered)
     summary("calibration", e_cal)
     summary("held back", e_hold)
     both = {k: e_cal.get(k, []) + e_hold.get(k, []) for k in set(e_cal) | set(e_hold)}
     summary("all", both)
-    interval_report(ms)
+    interval_report(ms, layered)
     return 0
 
 

@@ -121,9 +121,10 @@ def simulate(
     out = np.maximum(np.asarray(output_tokens, dtype=np.int64), 1)
     if model.reserves_whole_request and len(inp):
         model = no_evict_admission(model, int(round(float((inp + out).mean()))))
+    frontend_ms = model.efficiency.request_overhead_ms
     arrivals = _initial_arrivals(arrival_ms, concurrency, len(inp), stagger_ms)
     closed = arrival_ms is None and concurrency is not None
-    loop = _StepLoop(model, inp.tolist(), out.tolist(), arrivals, closed)
+    loop = _StepLoop(model, inp.tolist(), out.tolist(), arrivals, closed, frontend_ms)
     if cached is not None:
         loop.preload(cached)
     loop.run(max_steps)
@@ -179,7 +180,7 @@ class _StepLoop:
         "decoding", "sum_ctx_base", "prefilling", "order", "waiting", "reserved",
         "kv_used", "lines", "itl_chunks", "itl_counts", "t", "arr_i", "steps",
         "preempt", "rejected", "decode_batch_sum", "max_running", "peak_kv", "finished",
-        "as_array", "skip", "adj",
+        "as_array", "skip", "adj", "frontend_ms",
     )  # fmt: skip
 
     def __init__(
@@ -189,8 +190,13 @@ class _StepLoop:
         outl: list[int],
         arrivals: list[float],
         closed: bool,
+        frontend_ms: float = 0.0,
     ) -> None:
         n = len(prompt)
+        # The engine sees a request frontend_ms after the client sent it (HTTP, tokenization):
+        # the loop runs on engine-side arrivals, the timeline reports the client's.
+        self.frontend_ms = frontend_ms
+        arrivals = [a + frontend_ms for a in arrivals]
         self.model = model
         self.cap = int(model.kv_capacity_tokens)
         self.max_seqs = int(model.max_num_seqs)
@@ -281,8 +287,8 @@ class _StepLoop:
     def _release_next(self, now: float) -> None:
         """Closed loop: the client whose request just ended sends its next one."""
         if self.closed and self.next_req < self.n:
-            self.arr_t[self.next_req] = now
-            self.arrivals.append(now)
+            self.arr_t[self.next_req] = now + self.frontend_ms
+            self.arrivals.append(now + self.frontend_ms)
             self.next_req += 1
 
     def _finish(self, i: int, now: float) -> None:
@@ -449,7 +455,9 @@ class _StepLoop:
                 self._finish(i, self.t)
 
     def timeline(self) -> _Timeline:
-        return _Timeline(self.arr_t, self.sched_t, self.first_t, self.done_t)
+        """Event times with arrivals as the client sent them (before the front end)."""
+        sent = [a - self.frontend_ms for a in self.arr_t]
+        return _Timeline(sent, self.sched_t, self.first_t, self.done_t, self.frontend_ms)
 
     def counters(self) -> _Counters:
         return _Counters(
@@ -522,6 +530,8 @@ class _Timeline:
     scheduled: list[float]
     first_token: list[float]
     done: list[float]
+    frontend_ms: float = 0.0
+    """Client send to engine arrival (the request overhead), not part of the queue."""
 
 
 @dataclass(frozen=True)
@@ -555,7 +565,7 @@ def _result(
     duration = float(finite.max() - start) if len(finite) else 0.0
     return SimResult(
         arrival_ms=arr,
-        queue_ms=np.array(tl.scheduled) - arr,
+        queue_ms=np.array(tl.scheduled) - arr - tl.frontend_ms,
         ttft_ms=first - arr,
         e2e_ms=done - arr,
         tpot_ms=tpot,

@@ -33,6 +33,7 @@ _KEYS = (
     "eager_overhead_factor",
     "compute_half_tokens",
     "attn_seq_overhead_us",
+    "request_overhead_ms",
 )
 
 
@@ -57,9 +58,12 @@ def _merge(into: dict[str, Any], layer: dict[str, Any] | None, label: str, used:
         used.append(label)
 
 
-def efficiency_layers(gpu_id: str, vendor: str, engine: str) -> tuple[dict[str, Any], list[str]]:
-    """The merged factor table for a GPU and engine, and which tables applied."""
-    t = _table()
+def efficiency_layers(
+    gpu_id: str, vendor: str, engine: str, table: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """The merged factor table for a GPU and engine, and which tables applied (``table``:
+    another factor file's contents, as a fit tries them; default the stored one)."""
+    t = table if table is not None else _table()
     merged: dict[str, Any] = {}
     used: list[str] = []
     _merge(merged, t.get("default"), "default", used)
@@ -69,9 +73,11 @@ def efficiency_layers(gpu_id: str, vendor: str, engine: str) -> tuple[dict[str, 
     return merged, used
 
 
-def load_efficiency(gpu: Any, engine: str = "vllm") -> Efficiency:
+def load_efficiency(
+    gpu: Any, engine: str = "vllm", table: dict[str, Any] | None = None
+) -> Efficiency:
     """Calibrated factors for a catalog GPU (``catalog.GPU``) served by `engine`."""
-    merged, used = efficiency_layers(gpu.id, gpu.vendor, engine)
+    merged, used = efficiency_layers(gpu.id, gpu.vendor, engine, table)
     latency = merged["allreduce_latency_us"]
     return Efficiency(
         compute_fraction=float(merged["compute_fraction"]),
@@ -90,6 +96,7 @@ def load_efficiency(gpu: Any, engine: str = "vllm") -> Efficiency:
         ),
         compute_half_tokens=float(merged.get("compute_half_tokens", 0.0)),
         attn_seq_overhead_us=float(merged.get("attn_seq_overhead_us", 0.0)),
+        request_overhead_ms=float(merged.get("request_overhead_ms", 0.0)),
         source=f"data/efficiency.toml [{', '.join(used)}]: {merged.get('source', '')}",
     )
 
@@ -131,7 +138,6 @@ def simulate_measurement(
     m: dict[str, Any], efficiency: Efficiency | None = None
 ) -> dict[str, float]:
     """Predicted value of every metric a measurement reports."""
-    import numpy as np
 
     from .batching_sim import simulate_load
     from .catalog import get_gpu
@@ -144,15 +150,31 @@ def simulate_measurement(
     load = m.get("load", "offline")
     n = min(int(m.get("num_prompts", 100)), MAX_SIMULATED_REQUESTS)
     concurrency = int(m["concurrency"]) if load == "concurrency" else None
-    if concurrency and n >= 3 * concurrency:
-        n = max(n, 10 * concurrency)  # a long run: its steady state, ramps left out
-    # a run of fewer than 3 x concurrency prompts is mostly its opening burst; the
-    # benchmark reports the whole run, so it is simulated as run (load_stats does the same)
-    inp = np.full(n, int(m["input_tokens"]))
-    out = np.full(n, int(m["output_tokens"]))
+    if concurrency and m.get("steady_state"):
+        n = max(n, 10 * concurrency)  # a measurement window: the opening burst diluted away
+    # otherwise the run as the benchmark ran it: vllm bench serve and SGLang's bench_serving
+    # report every request, the first wave that arrives all at once included
+    inp = measurement_lengths(int(m["input_tokens"]), m.get("range_ratio"), n, seed=1)
+    out = measurement_lengths(int(m["output_tokens"]), m.get("range_ratio"), n, seed=2)
     rate = float(m["request_rate"]) if load == "rate" else None
     _, stats = simulate_load(model, inp, out, concurrency=concurrency, rate_per_s=rate)
     return {name: metric_value(stats, name) for name in m["values"]}
+
+
+def measurement_lengths(mean_tokens: int, range_ratio: float | None, n: int, seed: int) -> Any:
+    """A measurement's request lengths: fixed, or (``range_ratio`` r set) drawn uniformly
+    from [r x L, L] as SGLang's bench_serving random dataset draws them, with L chosen so
+    that the mean is the published one (totals / prompts). Fixed lengths make every request
+    of a closed loop finish in lock-step, a synchronisation the real run never had."""
+    import numpy as np
+
+    if range_ratio is None or range_ratio >= 1.0:
+        return np.full(n, mean_tokens)
+    top = 2.0 * mean_tokens / (1.0 + range_ratio)
+    rng = np.random.default_rng(seed)
+    drawn = rng.uniform(max(1.0, range_ratio * top), top, size=n)
+    # a few draws (10 prompts at concurrency 1) miss the published mean: rescale to it
+    return np.maximum(1, np.rint(drawn * mean_tokens / drawn.mean())).astype(np.int64)
 
 
 MAX_SIMULATED_REQUESTS = 4000  # steady state long before; 30,000-request offline runs stay fast
@@ -204,6 +226,7 @@ _BOUNDS = {
     "link_fraction": (0.1, 0.95),
     "compute_half_tokens": (1.0, 4096.0),
     "attn_seq_overhead_us": (0.01, 20.0),
+    "request_overhead_ms": (0.1, 300.0),
 }
 
 

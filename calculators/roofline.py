@@ -147,6 +147,10 @@ class Efficiency:
     """Decode attention's fixed cost per sequence per layer (page-table walk, last partial
     block, split-KV reduction), so that the KV stream itself can run at the rate the
     kernels reach on long contexts. 0 = none (all in kv_bandwidth_fraction)."""
+    request_overhead_ms: float = 0.0
+    """Per request, outside the GPU: the API server's HTTP handling, tokenization and hand-off
+    to the engine loop before the request can be scheduled. A latency every request's TTFT and
+    E2E carry, not a cost of the step (it overlaps other requests' steps)."""
     source: str = ""
 
     def describe(self) -> dict[str, float]:
@@ -162,6 +166,7 @@ class Efficiency:
             "kv_bandwidth_fraction": self.kv_fraction,
             "compute_half_tokens": self.compute_half_tokens,
             "attn_seq_overhead_us": self.attn_seq_overhead_us,
+            "request_overhead_ms": self.request_overhead_ms,
         }
 
     @property

@@ -142,6 +142,9 @@ def calibrated_efficiency(published: Any, factors: CalibratedFactors) -> Any:
     known = {k: float(v) for k, v in factors.efficiency.items() if hasattr(published, k)}
     if "moe_compute_fraction" in known and published.moe_compute_fraction is None:
         known.pop("moe_compute_fraction")
+    # the calibration carries its own per-request cost (factors.request_overhead_ms, added by
+    # shift_by_overhead): the published one must not count twice
+    known["request_overhead_ms"] = 0.0
     return replace(published, **known, source=published.source)
 
 
@@ -393,7 +396,10 @@ def fit_deployment(
     import numpy as np
     from scipy.optimize import least_squares
 
-    prob = _Problem(build, start, points, overhead0=0.0)
+    # the per-request cost is fitted as its own term (simulate_point adds it), starting from
+    # the published one (SGLang's front end), so the simulation runs without it
+    overhead0 = start.request_overhead_ms
+    prob = _Problem(build, replace(start, request_overhead_ms=0.0), points, overhead0=overhead0)
     count = sum(len(m) for m in prob.measured)
     if count < MIN_VALUES:
         raise InputError(

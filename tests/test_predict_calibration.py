@@ -137,3 +137,20 @@ def test_every_held_out_row_builds_its_deployment(measurements):
     for m in held_out:
         assert m.get("source_date"), m["id"]
         StepModel.from_deployment(measurement_deployment(m))
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.5, 0.8])
+def test_varying_lengths_keep_the_published_mean_and_range(ratio):
+    """A run with SGLang's random range ratio is simulated with lengths that vary as the
+    benchmark drew them (uniform on [r x L, L]) and average exactly what the source's token
+    totals say, even for ten prompts."""
+    from inferwise.calculators.calibration import measurement_lengths
+
+    for n in (10, 400):
+        lens = measurement_lengths(610, ratio, n, seed=1)
+        assert abs(lens.mean() - 610) <= 1.0
+        top = 2 * 610 / (1 + ratio)
+        assert lens.min() >= max(1, ratio * top * 0.9) and lens.max() <= top * 1.1
+        assert lens.std() > 0.1 * 610 * (1 - ratio)
+    assert set(measurement_lengths(610, None, 10, seed=1)) == {610}
+    assert set(measurement_lengths(610, 1.0, 10, seed=1)) == {610}

@@ -220,3 +220,24 @@ def test_budget_per_request_arrays_cover_the_requests_load_stats_kept():
     metrics = _client_metrics(stats, res, costs)
     assert np.array_equal(metrics["queue"], stats.queue_ms)
     assert not np.isnan(metrics["e2e"]).any()
+
+
+def test_request_overhead_delays_the_first_token_but_is_not_queueing():
+    """The API server's per-request cost (HTTP, tokenization) is latency before the engine
+    sees the request: every TTFT and E2E carries it, the queue does not, and a closed-loop
+    client that waits for it sends fewer requests per second."""
+    from dataclasses import replace
+
+    plain = model()
+    slow = replace(plain, efficiency=replace(plain.efficiency, request_overhead_ms=40.0))
+    a = simulate(plain, np.full(20, 1000), np.full(20, 50), concurrency=1)
+    b = simulate(slow, np.full(20, 1000), np.full(20, 50), concurrency=1)
+    assert b.ttft_ms == pytest.approx(a.ttft_ms + 40.0)
+    assert b.e2e_ms == pytest.approx(a.e2e_ms + 40.0)
+    assert np.all(b.queue_ms == 0) and np.all(a.queue_ms == 0)
+    assert b.duration_ms == pytest.approx(a.duration_ms + 20 * 40.0)
+    # open loop: the arrivals are the client's; the engine sees each 40 ms later
+    arr = poisson_arrivals_ms(50, rate_per_s=0.5, seed=1)
+    c = simulate(slow, np.full(50, 800), np.full(50, 20), arrival_ms=arr)
+    assert c.arrival_ms == pytest.approx(arr)
+    assert np.median(c.ttft_ms) == pytest.approx(slow.prefill_ms(800) + 40.0, rel=0.02)

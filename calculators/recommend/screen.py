@@ -165,7 +165,8 @@ class Screen:
         """A target an idle replica already misses (its name, and the figures); None when
         every one is reachable."""
         spec = self.spec
-        fixed_ms = spec.network_rtt_ms + _template_ms()  # what the budget adds before prefill
+        # what the budget adds before prefill, and the engine front end's per-request cost
+        fixed_ms = spec.network_rtt_ms + _template_ms() + model.efficiency.request_overhead_ms
         for key, target in spec.slo_ttft_ms.items():
             prompt = int(spec.input_tokens.quantile(key))
             cached = int(prompt * (spec.shared_prefix_fraction or 0.0))
