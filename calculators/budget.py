@@ -490,8 +490,13 @@ def _pct(values: Any, key: str) -> float:
     return float(np.percentile(v, float(key[1:]))) if len(v) else math.nan
 
 
-def _client_metrics(stats: Any, res: Any, costs: _Costs) -> dict[str, Any]:
-    """Per-request client-side arrays (steady-state requests) and the ITL sample."""
+def _client_metrics(
+    stats: Any, res: Any, costs: _Costs, frontend_ms: float = 0.0
+) -> dict[str, Any]:
+    """Per-request client-side arrays (steady-state requests) and the ITL sample.
+
+    The engine's own per-request cost (``frontend_ms``, its API server's handling before the
+    request reaches the scheduler) is in the simulated TTFT; it is preprocessing, not prefill."""
 
     mask = stats.kept  # completed requests, without a closed loop's ramp-up and ramp-down
     inp = res.input_tokens[mask].astype(float)
@@ -499,18 +504,18 @@ def _client_metrics(stats: Any, res: Any, costs: _Costs) -> dict[str, Any]:
     queue = res.queue_ms[mask]
     ttft = res.ttft_ms[mask]
     e2e = res.e2e_ms[mask]
-    pre = costs.pre(inp)
+    pre = costs.pre(inp) + frontend_ms
     post = costs.post(out)
     net = costs.network()
     return {
         "queue": queue,
-        "prefill": ttft - queue,
+        "prefill": ttft - queue - frontend_ms,
         "decode": e2e - ttft,
         "pre": pre,
         "post": post,
         "network": net,
-        "ttft": net + pre + ttft,
-        "e2e": net + pre + e2e + post,
+        "ttft": net + pre - frontend_ms + ttft,
+        "e2e": net + pre - frontend_ms + e2e + post,
         "out": out,
         "tpot": res.tpot_ms[mask],
         "itl_values": res.itl_values,
@@ -854,7 +859,7 @@ def _decompose(req: BudgetRequest, find_max_rate: bool, calibration: Any) -> Bud
     rate, conc = _design_load(req, wl)
     n = req.num_requests or (_n_for_concurrency(conc) if conc else _n_for_rate(rate or 1.0))
     res, stats = _simulate(model, wl, rate, conc, n, req.seed, req.burstiness)
-    m = _client_metrics(stats, res, costs)
+    m = _client_metrics(stats, res, costs, model.efficiency.request_overhead_ms)
 
     keys = sorted({*req.slo_e2e_ms, *req.slo_ttft_ms, *req.slo_itl_ms}, key=lambda k: float(k[1:]))
     key = keys[-1]
@@ -929,6 +934,17 @@ def _calibration_notes(calibration: Any, req: BudgetRequest) -> list[str]:
     ]
 
 
+def _frontend_note(model: Any) -> str:
+    """The engine's own per-request cost, when its factors carry one (SGLang's)."""
+    ms = model.efficiency.request_overhead_ms
+    if ms <= 0:
+        return ""
+    return (
+        f", plus the engine front end's {ms:g} ms per request (its API server before the "
+        "scheduler, from the factors in use)"
+    )
+
+
 def _assumptions(req: BudgetRequest, model: Any, wl: _Workload) -> list[str]:
     post = (
         "detokenization overlaps streaming"
@@ -947,7 +963,8 @@ def _assumptions(req: BudgetRequest, model: Any, wl: _Workload) -> list[str]:
     return [
         *traced,
         f"network: one round trip of {req.network_rtt_ms:g} ms per request",
-        f"preprocessing: {req.template_ms:g} ms template + tokenization at {req.tokenization_tokens_per_s:,.0f} tokens/s",
+        f"preprocessing: {req.template_ms:g} ms template + tokenization at {req.tokenization_tokens_per_s:,.0f} tokens/s"
+        + _frontend_note(model),
         f"postprocessing: {post}, guardrails {req.guardrails_ms:g} ms, tool parsing {req.tool_parsing_ms:g} ms",
         f"design load = {'the trace' if wl.trace is not None else 'request_rate' if req.request_rate else 'concurrency'} x peak_to_mean ({req.peak_to_mean:g})",
         *(
@@ -1128,7 +1145,7 @@ def _meets(
         _n_for_rate(rate) if rate is not None else _n_for_concurrency(conc or 1)
     )
     res, stats = _simulate(model, wl, rate, conc, n, req.seed, req.burstiness)
-    m = _client_metrics(stats, res, costs)
+    m = _client_metrics(stats, res, costs, model.efficiency.request_overhead_ms)
     task_ms = None
     if req.agent_steps:
         keys = {*req.slo_e2e_ms}

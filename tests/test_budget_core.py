@@ -195,3 +195,29 @@ def test_cli_json_contract_and_exit_codes(capsys):
     assert main([*budget, "--request-rate", "2", "--slo-e2e-ms", "p42=1"]) == 2
     assert "--slo-e2e-ms" in capsys.readouterr().err
     assert main([*budget, "--request-rate", "-2", "--slo-e2e-ms", "p95=100"]) == 2
+
+
+def test_the_engine_front_end_is_preprocessing_not_prefill():
+    """SGLang's per-request cost (its API server before the scheduler) counts in the
+    preprocessing stage: the prefill stage stays the GPU's, and the stages still add up to
+    the predicted TTFT."""
+    kw = {"engine": "sglang", "concurrency": 2, "slo_ttft_ms": {"p95": 2000}}
+    vllm, sglang = run(**{**kw, "engine": "vllm"}), run(**kw)
+    stage = {
+        e: {c.name: c.predicted_ms for c in r.components}
+        for e, r in (("vllm", vllm), ("sglang", sglang))
+    }
+    from inferwise.calculators.calibration import load_efficiency
+    from inferwise.calculators.catalog import get_gpu
+
+    front = load_efficiency(get_gpu("h100-sxm-80gb"), "sglang").request_overhead_ms
+    assert front > 0
+    assert stage["sglang"]["preprocessing"] == pytest.approx(
+        stage["vllm"]["preprocessing"] + front, rel=1e-6
+    )
+    assert stage["sglang"]["prefill"] == pytest.approx(stage["vllm"]["prefill"], rel=0.05)
+    assert any("front end" in a for a in sglang.assumptions)
+    ttft = next(c for c in sglang.checks if c.metric == "ttft_ms")
+    assert sum(stage["sglang"][s] for s in ("network", "preprocessing", "queue", "prefill")) == (
+        pytest.approx(ttft.predicted_ms, rel=0.05)
+    )
