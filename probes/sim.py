@@ -86,7 +86,8 @@ class SimConfig(BaseModel):
     enforce_eager: bool = _as_in_deployment("enforce_eager")
     engine: Literal["vllm", "sglang", "trtllm"] = _as_in_deployment("engine")
     """trtllm: its KV cache and efficiency factors; the served engine admits as vLLM does
-    (a request's output length is not known when it arrives)."""
+    (a request's output length is not known when it arrives). sglang: vLLM's step factors, and
+    its per-request front-end cost before every first byte (added to slow_first_byte_ms)."""
     engine_version: str | None = _as_in_deployment("engine_version")
     max_model_len: int | None = Field(
         default=None,
@@ -252,6 +253,7 @@ def build_app(config: SimConfig) -> Any:
     from inferwise.probes.sim_http import SimApp, SimSettings
 
     timing: Any
+    front_end_ms = 0.0
     max_model_len = config.max_model_len
     max_num_seqs = config.max_num_seqs or 16
     kv_capacity = config.kv_capacity_tokens
@@ -267,11 +269,19 @@ def build_app(config: SimConfig) -> Any:
         kv_capacity = int(step.kv_capacity_tokens)
         batched = int(step.max_num_batched_tokens)
         max_model_len = max_model_len or step.max_model_len
+        # the engine's API server before the scheduler (SGLang's, per its factors), as predict has it
+        front_end_ms = step.efficiency.request_overhead_ms
     else:
         timing = FixedTiming(config.ttft_ms, config.itl_ms, config.itl_per_seq_ms)
     # SimSettings is the HTTP side's share of SimConfig, under the same names
     shared = {f.name: getattr(config, f.name) for f in dataclasses.fields(SimSettings)}
-    settings = SimSettings(**{**shared, "max_model_len": max_model_len or 32768})
+    settings = SimSettings(
+        **{
+            **shared,
+            "max_model_len": max_model_len or 32768,
+            "slow_first_byte_ms": config.slow_first_byte_ms + front_end_ms,
+        }
+    )
 
     def engine_factory() -> SimEngine:
         return SimEngine(

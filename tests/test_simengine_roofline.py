@@ -44,3 +44,19 @@ def test_long_prompts_cost_prefill_time_and_cached_prefixes_save_it():
 def test_a_deployment_the_catalog_does_not_know_fails_before_serving():
     with pytest.raises(InputError):
         build_app(SimConfig(model="nobody/nothing-7b", gpu="h100-sxm-80gb"))
+
+
+def test_an_sglang_deployment_pays_its_front_end_before_the_first_token():
+    """The simulated SGLang server delays every request by the per-request cost its factors
+    carry, as predict does: TTFT of a short prompt is that cost plus one short prefill."""
+    from inferwise.calculators.deployment import Deployment
+    from inferwise.calculators.roofline import StepModel
+
+    cfg = dict(model="Qwen/Qwen3-8B", gpu="h100-sxm-80gb", engine="sglang")
+    front = StepModel.from_deployment(Deployment(**cfg)).efficiency.request_overhead_ms
+    assert front > 50
+    with SimServer(**cfg) as sim:
+        sglang = _ttft_ms(sim, "s", "hello")
+    with SimServer(**{**cfg, "engine": "vllm"}) as sim:
+        vllm = _ttft_ms(sim, "v", "hello")
+    assert sglang - vllm == pytest.approx(front, abs=15)
