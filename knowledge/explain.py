@@ -189,11 +189,17 @@ def _engine_parts(m: dict[str, float], p: dict[str, float], point: Any, pred: An
                 evidence=[
                     f"mean TTFT measured {m['ttft_ms']:.1f} ms vs predicted {p['ttft_ms']:.1f} ms for "
                     f"{point.input_tokens_mean:.0f}-token prompts (prefill of one alone: "
-                    f"{pred.step.prefill_ms:.1f} ms predicted)"
+                    f"{pred.step.prefill_ms:.1f} ms predicted" + _front_end_text(pred) + ")"
                 ],
             )
         )
     return parts
+
+
+def _front_end_text(pred: Any) -> str:
+    """The engine front end's share of the predicted TTFT, where the factors carry one."""
+    ms = float(pred.factors.get("request_overhead_ms", 0.0) or 0.0)
+    return f", plus {ms:.0f} ms of the engine's per-request front end" if ms > 0 else ""
 
 
 def _client_parts(records: list[Any], summary: Any) -> list[GapPart]:
