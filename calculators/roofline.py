@@ -30,6 +30,7 @@ Stdlib only at module level; ``decode_step_ms_array`` imports numpy when called.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -99,6 +100,19 @@ class ModelShape:
         )
 
 
+SCALE_OUT_GB_PER_S = 50.0
+"""One 400 Gb/s NIC per GPU, as DGX/HGX H100 and B200 systems ship (8 x ConnectX-7 400 Gb/s, NVIDIA
+DGX H100 datasheet, 2023): 50 GB/s per direction. An assumption for any multi-node deployment."""
+SCALE_OUT_FRACTION = 0.8
+"""Share of the NIC's line rate an all-reduce reaches across nodes (NCCL's bus bandwidth over
+400 Gb/s InfiniBand is typically 40-45 GB/s per GPU; assumed, not fitted: the fitted link_fraction
+describes NVLink)."""
+SCALE_OUT_LATENCY_US = 10.0
+"""Added to each all-reduce that leaves the node (network hop and NIC; assumed, not fitted)."""
+SCALE_UP_GPUS = {"gb200": 72}
+"""NVLink domain sizes other than a node of 8."""
+
+
 @dataclass(frozen=True)
 class Hardware:
     """One GPU as the roofline sees it."""
@@ -112,6 +126,11 @@ class Hardware:
     """nvlink | xgmi | pcie | nvlink-bridge."""
     link_gb_per_s: float
     """Per GPU, one direction, 10^9 B/s."""
+    scale_up_gpus: int = 8
+    """GPUs one NVLink / xGMI domain joins (an HGX or MI300X node; 72 for GB200 NVL72). A
+    tensor-parallel group larger than this crosses the scale-out network."""
+    scale_out_gb_per_s: float = SCALE_OUT_GB_PER_S
+    """Per GPU, one direction, between nodes."""
 
 
 @dataclass(frozen=True)
@@ -260,21 +279,46 @@ class StepModel:
         # paying a fixed latency: tensor parallel does two ring all-reduces per layer,
         # pipeline parallel one hop per stage boundary.
         msg = tokens * s.hidden_size * s.activation_bytes
-        link = hw.link_gb_per_s * 1e9 * e.link_fraction
-        latency_s = e.allreduce_latency_us * 1e-6
         comm_ms = 0.0 * tokens
         if tp > 1:
-            ring = 2.0 * (tp - 1) / tp * msg / link
-            comm_ms = 2 * s.num_layers * (latency_s + ring) * 1e3
+            comm_ms = 2 * s.num_layers * self._allreduce_s(msg) * 1e3
         if self.pipeline_parallel_size > 1:
-            hop = latency_s + msg / link
-            comm_ms = comm_ms + (self.pipeline_parallel_size - 1) * hop * 1e3
+            comm_ms = comm_ms + self._stage_hops_s(msg) * 1e3
         overhead = e.step_overhead_ms * (e.eager_overhead_factor if self.enforce_eager else 1.0)
         layers_ms = e.per_layer_overhead_us * 1e-3 * s.num_layers
         overhead_ms = overhead + layers_ms + e.per_seq_overhead_ms * sampled
         if e.attn_seq_overhead_us:
             overhead_ms = overhead_ms + e.attn_seq_overhead_us * 1e-3 * decode_seqs * s.num_layers
         return compute_ms, memory_ms, comm_ms, overhead_ms, flops, nbytes
+
+    def _allreduce_s(self, msg: Any) -> Any:
+        """One tensor-parallel all-reduce of `msg` bytes: a ring over the link plus a fixed
+        latency. A group larger than one NVLink domain runs as NCCL runs it across nodes: a
+        ring inside each node, then each GPU's 1/g shard between the nodes over its own NIC."""
+        hw, e, tp = self.hardware, self.efficiency, self.tensor_parallel_size
+        link = hw.link_gb_per_s * 1e9 * e.link_fraction
+        latency_s = e.allreduce_latency_us * 1e-6
+        g = hw.scale_up_gpus
+        if tp <= g:
+            return latency_s + 2.0 * (tp - 1) / tp * msg / link
+        nodes = math.ceil(tp / g)
+        net = hw.scale_out_gb_per_s * 1e9 * SCALE_OUT_FRACTION
+        inside = 2.0 * (g - 1) / g * msg / link
+        between = 2.0 * (nodes - 1) / nodes * (msg / g) / net
+        return latency_s + SCALE_OUT_LATENCY_US * 1e-6 + inside + between
+
+    def _stage_hops_s(self, msg: Any) -> Any:
+        """Pipeline parallel: one activation hand-off per stage boundary; the boundaries
+        between nodes go over the network."""
+        hw, e = self.hardware, self.efficiency
+        pp, tp = self.pipeline_parallel_size, self.tensor_parallel_size
+        latency_s = e.allreduce_latency_us * 1e-6
+        crossing = min(pp - 1, max(0, math.ceil(tp * pp / hw.scale_up_gpus) - 1))
+        link = hw.link_gb_per_s * 1e9 * e.link_fraction
+        net = hw.scale_out_gb_per_s * 1e9 * SCALE_OUT_FRACTION
+        inside = (pp - 1 - crossing) * (latency_s + msg / link)
+        between = crossing * (latency_s + SCALE_OUT_LATENCY_US * 1e-6 + msg / net)
+        return inside + between
 
     def breakdown(
         self,
@@ -522,9 +566,11 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         bandwidth_gb_per_s=gpu.memory_bandwidth_gb_per_s,
         interconnect=gpu.interconnect,
         link_gb_per_s=gpu.interconnect_bandwidth_gb_per_s,
+        scale_up_gpus=SCALE_UP_GPUS.get(gpu.id, 8),
     )
     eff = efficiency or load_efficiency(gpu, dep.engine)
     notes = [why, *cap["notes"]]
+    notes.extend(_multi_node_notes(dep, hw))
     if efficiency is None and "engine." + dep.engine not in eff.source and dep.engine != "vllm":
         notes.append(
             f"no published {dep.engine} measurements in the calibration set: vLLM's factors used"
@@ -557,6 +603,26 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         max_model_len=cap["max_model_len"],
         reserves_whole_request=dep.engine == "trtllm",
     )
+
+
+def _multi_node_notes(dep: Deployment, hw: Hardware) -> list[str]:
+    """What the model assumes when the GPUs do not fit in one NVLink domain."""
+    tp, pp, g = dep.tensor_parallel_size, dep.pipeline_parallel_size, hw.scale_up_gpus
+    if tp * pp <= g:
+        return []
+    net = (
+        f"at an assumed {hw.scale_out_gb_per_s * SCALE_OUT_FRACTION:g} GB/s per GPU (one 400 Gb/s "
+        f"NIC each) + {SCALE_OUT_LATENCY_US:g} us"
+    )
+    if tp > g:
+        return [
+            f"tensor parallel {tp} spans {math.ceil(tp / g)} nodes of {g} GPUs: each all-reduce "
+            f"rings inside the node, then sends every GPU's 1/{g} shard between nodes {net}; "
+            "tensor parallel within a node and pipeline parallel across nodes usually serves faster"
+        ]
+    return [
+        f"{tp * pp} GPUs span {math.ceil(tp * pp / g)} nodes: stage hand-offs between them {net}"
+    ]
 
 
 def custom_gpu(dep: Deployment) -> Any:

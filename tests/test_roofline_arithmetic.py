@@ -305,3 +305,50 @@ def test_step_model_is_shared_by_requests_with_the_same_deployment() -> None:
     c = StepModel.from_deployment(PredictRequest(**dep, tensor_parallel_size=2))
     assert a is b
     assert c is not a and c.tensor_parallel_size == 2
+
+
+def test_tensor_parallel_beyond_the_node_crosses_the_network():
+    """TP 16 on 8-GPU H100 nodes: each all-reduce pays the network's latency, rings inside
+    each node over NVLink and sends each GPU's 1/8 shard over its NIC (40 GB/s); the
+    deployment says so. GB200's NVLink domain holds 72 GPUs, so TP 16 stays on NVLink there."""
+    from dataclasses import replace as dc_replace
+
+    from inferwise.calculators.roofline import SCALE_OUT_FRACTION, SCALE_OUT_LATENCY_US
+
+    eff = Efficiency(1.0, 1.0, 0.0, 0.0, allreduce_latency_us=10.0, link_fraction=0.5)
+    tokens = 1000
+    msg = tokens * 4096 * 2
+    two_nodes = llama8b(eff, tensor_parallel_size=16)
+    inside = 2 * 7 / 8 * msg / (450e9 * 0.5)
+    between = 2 * 1 / 2 * (msg / 8) / (50e9 * SCALE_OUT_FRACTION)
+    expected = 2 * 32 * ((10.0 + SCALE_OUT_LATENCY_US) * 1e-6 + inside + between) * 1e3
+    assert two_nodes.breakdown(tokens, 0, 0).communication_ms == pytest.approx(expected, rel=1e-9)
+    one_domain = dc_replace(two_nodes, hardware=dc_replace(H100, scale_up_gpus=16))
+    assert one_domain.breakdown(tokens, 0, 0).communication_ms < expected
+    # decode (small messages): the network's latency is most of the difference
+    d2, d1 = two_nodes.breakdown(0, 1, 100), one_domain.breakdown(0, 1, 100)
+    assert d2.communication_ms - d1.communication_ms == pytest.approx(
+        2 * 32 * SCALE_OUT_LATENCY_US * 1e-3, rel=0.2
+    )
+
+    dsr1 = {"model": "deepseek-ai/DeepSeek-R1", "tensor_parallel_size": 16, "max_model_len": 8192}
+    h100 = StepModel.from_deployment(Deployment(gpu="h100-sxm-80gb", **dsr1))
+    assert any("spans 2 nodes of 8" in n for n in h100.notes)
+    gb200 = StepModel.from_deployment(Deployment(gpu="gb200", **dsr1))
+    assert not any("nodes of" in n for n in gb200.notes)
+
+
+def test_a_pipeline_stage_boundary_between_nodes_goes_over_the_network():
+    from inferwise.calculators.roofline import SCALE_OUT_FRACTION, SCALE_OUT_LATENCY_US
+
+    eff = Efficiency(1.0, 1.0, 0.0, 0.0, allreduce_latency_us=10.0, link_fraction=0.5)
+    msg = 1000 * 4096 * 2
+    tp8 = llama8b(eff, tensor_parallel_size=8).breakdown(1000, 0, 0).communication_ms
+    across = llama8b(eff, tensor_parallel_size=8, pipeline_parallel_size=2)
+    hop = ((10.0 + SCALE_OUT_LATENCY_US) * 1e-6 + msg / (50e9 * SCALE_OUT_FRACTION)) * 1e3
+    assert across.breakdown(1000, 0, 0).communication_ms == pytest.approx(tp8 + hop, rel=1e-9)
+    within = llama8b(eff, tensor_parallel_size=4, pipeline_parallel_size=2)
+    tp4 = llama8b(eff, tensor_parallel_size=4).breakdown(1000, 0, 0).communication_ms
+    assert within.breakdown(1000, 0, 0).communication_ms == pytest.approx(
+        tp4 + (10e-6 + msg / (450e9 * 0.5)) * 1e3, rel=1e-9
+    )
