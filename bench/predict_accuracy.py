@@ -302,38 +302,21 @@ LAYER_FITS = (
 )
 
 
-def _is_moe(m: dict) -> bool:
-    from inferwise.calculators.calibration import measurement_deployment
-    from inferwise.calculators.roofline import StepModel
-
-    try:
-        return StepModel.from_deployment(measurement_deployment(m)).shape.num_experts > 0
-    except Exception:  # noqa: BLE001 - a run the fit rejects is no evidence either way
-        return False
-
-
 def with_value(base: dict, tables: tuple[tuple[str, str], ...], key: str, value: float) -> dict:
-    """A copy of a factor table with `key` set to `value` in each of `tables` (("default",
-    "") is the [default] table itself)."""
+    """A copy of a factor table with `key` set to `value` in each of `tables`."""
     out = copy.deepcopy(base)
     for kind, name in tables:
-        layer = out.setdefault(kind, {})
-        (layer if not name else layer.setdefault(name, {}))[key] = value
+        out.setdefault(kind, {}).setdefault(name, {})[key] = value
     return out
 
 
 def table_loss(ms: list[dict], factor_table: dict) -> float:
-    """Mean squared log error of the measurements under a factor table (each error capped
-    at a factor of 3, as the shared fit caps them)."""
-    from inferwise.calculators.calibration import log_errors
+    """The shared fit's loss for the measurements under a factor table."""
+    from inferwise.calculators.calibration import capped_mean_square, log_errors
 
-    cap = math.log(3)
-    errs = [
-        max(-cap, min(cap, e))
-        for m in ms
-        for e in log_errors([m], entry_efficiency(m, factor_table))
-    ]
-    return sum(e * e for e in errs) / len(errs)
+    return capped_mean_square(
+        [e for m in ms for e in log_errors([m], entry_efficiency(m, factor_table))]
+    )
 
 
 def fit_layer(lf: LayerFit, ms: list[dict], base: dict) -> tuple[float, float]:

@@ -504,18 +504,18 @@ def _client_metrics(
     queue = res.queue_ms[mask]
     ttft = res.ttft_ms[mask]
     e2e = res.e2e_ms[mask]
-    pre = costs.pre(inp) + frontend_ms
+    pre = costs.pre(inp)  # template and tokenization as the request gives them
     post = costs.post(out)
     net = costs.network()
     return {
         "queue": queue,
         "prefill": ttft - queue - frontend_ms,
         "decode": e2e - ttft,
-        "pre": pre,
+        "pre": pre + frontend_ms,
         "post": post,
         "network": net,
-        "ttft": net + pre - frontend_ms + ttft,
-        "e2e": net + pre - frontend_ms + e2e + post,
+        "ttft": net + pre + ttft,
+        "e2e": net + pre + e2e + post,
         "out": out,
         "tpot": res.tpot_ms[mask],
         "itl_values": res.itl_values,

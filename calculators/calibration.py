@@ -247,6 +247,15 @@ def log_errors(measurements: list[dict[str, Any]], efficiency: Efficiency | None
     return out
 
 
+def capped_mean_square(errors: list[float]) -> float:
+    """Mean squared log error, each error capped at a factor of 3 so that one odd
+    measurement cannot dominate a fit."""
+    import math
+
+    cap = math.log(3)
+    return sum(max(-cap, min(cap, e)) ** 2 for e in errors) / len(errors)
+
+
 def fit_efficiency(
     measurements: list[dict[str, Any]],
     start: Efficiency,
@@ -275,8 +284,7 @@ def fit_efficiency(
         return replace(start, **vals)
 
     def loss(x: Any) -> float:
-        errs = np.clip(np.array(log_errors(measurements, unpack(x))), -math.log(3), math.log(3))
-        return float(np.mean(errs**2))
+        return capped_mean_square(log_errors(measurements, unpack(x)))
 
     x0 = np.array([math.log(max(getattr(start, k) or 1e-3, 1e-3)) for k in keys])
     res = minimize(

@@ -291,18 +291,23 @@ class StepModel:
             overhead_ms = overhead_ms + e.attn_seq_overhead_us * 1e-3 * decode_seqs * s.num_layers
         return compute_ms, memory_ms, comm_ms, overhead_ms, flops, nbytes
 
+    def _link_rates(self) -> tuple[float, float, float]:
+        """Bytes/s over NVLink (fitted fraction) and between nodes (assumed), and the fixed
+        latency of one transfer inside the node, seconds."""
+        hw, e = self.hardware, self.efficiency
+        link = hw.link_gb_per_s * 1e9 * e.link_fraction
+        net = hw.scale_out_gb_per_s * 1e9 * SCALE_OUT_FRACTION
+        return link, net, e.allreduce_latency_us * 1e-6
+
     def _allreduce_s(self, msg: Any) -> Any:
         """One tensor-parallel all-reduce of `msg` bytes: a ring over the link plus a fixed
         latency. A group larger than one NVLink domain runs as NCCL runs it across nodes: a
         ring inside each node, then each GPU's 1/g shard between the nodes over its own NIC."""
-        hw, e, tp = self.hardware, self.efficiency, self.tensor_parallel_size
-        link = hw.link_gb_per_s * 1e9 * e.link_fraction
-        latency_s = e.allreduce_latency_us * 1e-6
-        g = hw.scale_up_gpus
+        tp, g = self.tensor_parallel_size, self.hardware.scale_up_gpus
+        link, net, latency_s = self._link_rates()
         if tp <= g:
             return latency_s + 2.0 * (tp - 1) / tp * msg / link
         nodes = math.ceil(tp / g)
-        net = hw.scale_out_gb_per_s * 1e9 * SCALE_OUT_FRACTION
         inside = 2.0 * (g - 1) / g * msg / link
         between = 2.0 * (nodes - 1) / nodes * (msg / g) / net
         return latency_s + SCALE_OUT_LATENCY_US * 1e-6 + inside + between
@@ -310,12 +315,9 @@ class StepModel:
     def _stage_hops_s(self, msg: Any) -> Any:
         """Pipeline parallel: one activation hand-off per stage boundary; the boundaries
         between nodes go over the network."""
-        hw, e = self.hardware, self.efficiency
         pp, tp = self.pipeline_parallel_size, self.tensor_parallel_size
-        latency_s = e.allreduce_latency_us * 1e-6
-        crossing = min(pp - 1, max(0, math.ceil(tp * pp / hw.scale_up_gpus) - 1))
-        link = hw.link_gb_per_s * 1e9 * e.link_fraction
-        net = hw.scale_out_gb_per_s * 1e9 * SCALE_OUT_FRACTION
+        link, net, latency_s = self._link_rates()
+        crossing = min(pp - 1, max(0, math.ceil(tp * pp / self.hardware.scale_up_gpus) - 1))
         inside = (pp - 1 - crossing) * (latency_s + msg / link)
         between = crossing * (latency_s + SCALE_OUT_LATENCY_US * 1e-6 + msg / net)
         return inside + between
