@@ -687,6 +687,11 @@ def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[
 
     fields = {k: getattr(dep, k) for k in Deployment.model_fields}
     fit = _fit_without_suggestions(FitRequest(**fields))
+    notes = list(kv.notes)
+    if not fit.fits and dep.engine == "vllm":
+        fit, pinned = _fit_with_open_facts(fields)
+        if pinned:
+            notes.append(pinned)
     if not fit.fits or not fit.kv_cache_tokens:
         verdict = str(getattr(fit, "verdict", "") or "").rstrip(".")
         raise InputError(
@@ -702,8 +707,42 @@ def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[
         "max_num_seqs": int(fit.max_num_seqs),
         "max_num_batched_tokens": int(fit.max_num_batched_tokens),
         "max_model_len": int(fit.max_model_len) if fit.max_model_len else None,
-        "notes": list(kv.notes),
+        "notes": notes,
     }
+
+
+OPEN_FACT_PINS: tuple[dict[str, Any], ...] = (
+    {"flashinfer_sampler": True},
+    {"mxfp4_moe_kernel": "triton"},
+    {"mxfp4_moe_kernel": "marlin"},
+    {"flashinfer_sampler": True, "mxfp4_moe_kernel": "triton"},
+    {"flashinfer_sampler": True, "mxfp4_moe_kernel": "marlin"},
+)
+"""Install facts a deployment request cannot say (the fit's ``range_because``: which sampler
+and which MXFP4 MoE kernel the installed vLLM runs), in the order tried when the fit's
+default choice leaves too little KV cache."""
+
+
+def _fit_with_open_facts(fields: dict[str, Any]) -> tuple[Any, str | None]:
+    """The fit under the first unsaid install fact that makes the deployment fit, and the
+    assumption saying which. A deployment that runs with FlashInfer installed is a question
+    predict can answer: refusing it because the conservative default (PyTorch's sampler) is
+    a few MiB short would turn away a server that starts. Returns the failing fit and None
+    when no install fact helps."""
+    from .fit import FitRequest
+
+    failing = None
+    for pin in OPEN_FACT_PINS:
+        fit = _fit_without_suggestions(FitRequest(**fields, **pin))
+        failing = failing or fit
+        if fit.fits and fit.kv_cache_tokens:
+            said = ", ".join(f"{k}={v}" for k, v in pin.items())
+            return fit, (
+                f"the deployment fits only with an install fact the flags leave unsaid: "
+                f"assumed {said} ({fit.kv_cache_tokens:,} KV tokens); with the conservative "
+                f"default vLLM would refuse to start at this max_model_len"
+            )
+    return failing, None
 
 
 def _fit_without_suggestions(req: Any) -> Any:

@@ -64,3 +64,32 @@ def test_budget_assumes_it_too(capsys):
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert "longest that fits" in out["assumptions"][0]
+
+
+# GPUStack's performance lab served gpt-oss-120b on one H100 with vLLM 0.11.0 at
+# --max-model-len 32768 (docs/performance-lab/gpt-oss-120b/h100.md): it starts with
+# FlashInfer's sampler installed, not with PyTorch's sort path, whose profiling peak the fit
+# assumes when nothing says which.
+GPT_OSS_H100 = {
+    "model": "openai/gpt-oss-120b",
+    "gpu": "h100-sxm-80gb",
+    "max_model_len": 32_768,
+    "engine_version": "0.11.0",
+}
+
+
+def test_a_deployment_that_fits_under_an_unsaid_install_fact_is_predicted_and_says_which():
+    r = predict_performance(
+        PredictRequest(**GPT_OSS_H100, input_tokens=4000, output_tokens=200, concurrency=4)
+    )
+    pinned = [a for a in r.assumptions if "install fact" in a]
+    assert pinned and "flashinfer_sampler=True" in pinned[0]
+    assert r.kv_cache_tokens >= 32_768 and r.ttft_ms.p50 > 0
+
+
+def test_no_install_fact_rescues_a_deployment_that_cannot_fit():
+    with pytest.raises(InputError) as e:
+        predict_performance(
+            PredictRequest(**{**GPT_OSS_H100, "gpu": "l40s"}, input_tokens=4000, output_tokens=200)
+        )
+    assert e.value.field == "model" and "does not fit" in e.value.message
