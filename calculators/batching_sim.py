@@ -180,7 +180,7 @@ class _StepLoop:
         "decoding", "sum_ctx_base", "prefilling", "order", "waiting", "reserved",
         "kv_used", "lines", "itl_chunks", "itl_counts", "t", "arr_i", "steps",
         "preempt", "rejected", "decode_batch_sum", "max_running", "peak_kv", "finished",
-        "as_array", "skip", "adj", "frontend_ms",
+        "as_array", "skip", "adj", "frontend_ms", "stall_ms",
     )  # fmt: skip
 
     def __init__(
@@ -196,6 +196,9 @@ class _StepLoop:
         # The engine sees a request frontend_ms after the client sent it (HTTP, tokenization):
         # the loop runs on engine-side arrivals, the timeline reports the client's.
         self.frontend_ms = frontend_ms
+        # prefill-only steps the running decodes waited through: [sequences, ms waited] per
+        # group that started decoding before the same step
+        self.stall_ms: list[list[float]] = []
         arrivals = [a + frontend_ms for a in arrivals]
         self.model = model
         self.cap = int(model.kv_capacity_tokens)
@@ -324,7 +327,8 @@ class _StepLoop:
         the sequence limit, the token budget and the KV cache allow."""
         to_prefill = self.to_prefill
         d = len(self.decoding)
-        budget = self.budget_cap - d
+        # mixed steps share the token budget with the decodes; prefill-only steps have it all
+        budget = self.budget_cap - (0 if self.model.prefill_first else d)
         chunks: list[tuple[int, int]] = []
         for i in self.prefilling:
             if budget <= 0:
@@ -373,8 +377,7 @@ class _StepLoop:
         kv0 = self.sum_ctx_base + d * self.tick
         times, self.t = _decode_block(line, self.t, kv0, d, k, limit)
         k = len(times)
-        self.itl_chunks.append(times)
-        self.itl_counts.append(d)
+        self._record_itl(times, d)
         self.decode_batch_sum += d * k
         self.steps += k
         self.tick += k
@@ -382,11 +385,34 @@ class _StepLoop:
         self.peak_kv = max(self.peak_kv, self.kv_used + self.reserved)
         self._retire_decodes()
 
+    def _record_itl(self, times: Any, d: int) -> None:
+        """Decode step times of `d` sequences as intervals between their tokens: for the
+        sequences that waited through prefill-only steps the first interval spans them too."""
+        if not self.stall_ms:
+            self.itl_chunks.append(times)
+            self.itl_counts.append(d)
+            return
+        left = d
+        for seqs, waited in self.stall_ms:
+            n = min(int(seqs), left)  # fewer when some were preempted since
+            if n:
+                self.itl_chunks.append(times[:1] + waited)
+                self.itl_counts.append(n)
+                left -= n
+        self.stall_ms = []
+        if left:
+            self.itl_chunks.append(times[:1])
+            self.itl_counts.append(left)
+        if len(times) > 1:
+            self.itl_chunks.append(times[1:])
+            self.itl_counts.append(d)
+
     def _mixed_step(self, chunks: list[tuple[int, int]]) -> None:
-        """One step of every decode plus the prefill chunks; prompts that complete emit
-        their first token."""
+        """One step of the prefill chunks and, unless the engine prefills first, every
+        decode; prompts that complete emit their first token."""
         computed, to_prefill, skip = self.computed, self.to_prefill, self.skip
-        d = len(self.decoding)
+        prefill_only = self.model.prefill_first
+        d = 0 if prefill_only else len(self.decoding)
         p_tokens = ctx_prefill = 0
         pairs = 0.0
         completing = []
@@ -400,15 +426,18 @@ class _StepLoop:
                 completing.append(i)
             to_prefill[i] -= c
         tick = self.tick
-        kv_ctx = self.sum_ctx_base + d * tick + ctx_prefill
+        # a prefill-only step reads the prompts' own KV, not the waiting decodes'
+        kv_ctx = (0 if prefill_only else self.sum_ctx_base + d * tick) + ctx_prefill
         dt = self.model.step_ms(
             p_tokens, d, kv_ctx, prefill_pairs=pairs, sampled=d + len(completing)
         )
         self.t += dt
         self.steps += 1
+        if prefill_only:
+            self._prefill_only_done(dt, p_tokens, completing)
+            return
         if d:
-            self.itl_chunks.append(self.as_array((dt,)))
-            self.itl_counts.append(d)
+            self._record_itl(self.as_array((dt,)), d)
             self.decode_batch_sum += d
         self.tick = tick + 1
         kv_used = self.kv_used = self.kv_used + d + p_tokens
@@ -421,6 +450,22 @@ class _StepLoop:
             self._start_decoding(i)
         if len(self.order) > self.max_running:
             self.max_running = len(self.order)
+
+    def _prefill_only_done(self, dt: float, p_tokens: int, completing: list[int]) -> None:
+        """After a prefill-only step: the decodes got no token (their next interval grows by
+        the step), the tick stands still, the completed prompts start decoding."""
+        if self.decoding:
+            waited = sum(int(n) for n, _ in self.stall_ms)
+            for group in self.stall_ms:
+                group[1] += dt
+            if len(self.decoding) > waited:  # started decoding after the last decode step
+                self.stall_ms.append([len(self.decoding) - waited, dt])
+        self.kv_used += p_tokens
+        self.reserved -= p_tokens
+        self.peak_kv = max(self.peak_kv, self.kv_used + self.reserved)
+        for i in completing:
+            self._start_decoding(i)
+        self.max_running = max(self.max_running, len(self.order))
 
     def _start_decoding(self, i: int) -> None:
         """A prompt just completed and emitted its first token: finish it or decode on."""

@@ -731,8 +731,8 @@ def _predict_assumptions(
 
 
 def _scheduler_phrase(engine: str, batch: int) -> str:
-    """How the simulated engine schedules (the simulator is vLLM V1's; TensorRT-LLM's
-    no-evict admission shows as the batch cap)."""
+    """How the simulated engine schedules (vLLM V1's mixed steps; SGLang's prefill-first
+    steps; TensorRT-LLM's no-evict admission shows as the batch cap)."""
     vllm = (
         "decodes first, then chunked prefill within max_num_batched_tokens; "
         "preemption by recompute of the newest request"
@@ -742,6 +742,12 @@ def _scheduler_phrase(engine: str, batch: int) -> str:
             "scheduler as TensorRT-LLM's GUARANTEED_NO_EVICT: a request starts only when its "
             f"whole input + output fits (batch capped at {batch}), never preempted; "
             "in-flight batching with chunked context as vLLM V1's decodes-first steps"
+        )
+    if engine == "sglang":
+        return (
+            "scheduler as SGLang's default (no --enable-mixed-chunk): waiting prompts are "
+            "prefilled first, in steps of their own within the chunked-prefill size, while the "
+            "running decodes wait; preemption by recompute of the newest request"
         )
     return f"scheduler as vLLM V1: {vllm}"
 

@@ -239,6 +239,11 @@ class StepModel:
     """Assumptions made while building the model (shown to the user)."""
     max_model_len: int | None = None
     """The context window as the fit resolved it (the model's own unless set)."""
+    prefill_first: bool = False
+    """Scheduling as SGLang's default (no --enable-mixed-chunk): waiting prompts are prefilled in
+    steps of their own, up to the chunk budget, while the running decodes wait; decodes step only
+    when nothing can be prefilled. vLLM V1 and TensorRT-LLM run both in one step. With equal
+    lengths this keeps a closed loop in lockstep waves (a wave's decodes start on one step)."""
     reserves_whole_request: bool = False
     """Admission as TensorRT-LLM's GUARANTEED_NO_EVICT: a request starts only when its whole
     input + output fits in the KV cache, so nothing is preempted (vLLM and SGLang admit on
@@ -603,6 +608,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         enforce_eager=dep.enforce_eager,
         notes=tuple(notes),
         max_model_len=cap["max_model_len"],
+        prefill_first=dep.engine == "sglang",
         reserves_whole_request=dep.engine == "trtllm",
     )
 

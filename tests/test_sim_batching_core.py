@@ -241,3 +241,35 @@ def test_request_overhead_delays_the_first_token_but_is_not_queueing():
     c = simulate(slow, np.full(50, 800), np.full(50, 20), arrival_ms=arr)
     assert c.arrival_ms == pytest.approx(arr)
     assert np.median(c.ttft_ms) == pytest.approx(slow.prefill_ms(800) + 40.0, rel=0.02)
+
+
+def test_prefill_first_pauses_the_decodes_and_their_next_token_waits_for_it():
+    """SGLang's default: a newcomer's prompt runs in a step of its own, the running decode
+    gets no token in it, and its interval to the next token spans that step."""
+    m = model(prefill_first=True, max_num_batched_tokens=2048)
+    # request 0 alone decodes; request 1 arrives while it does
+    res = simulate(m, [100, 4000], [40, 2], arrival_ms=[0.0, 50.0])
+    prefill_alone = m.prefill_ms(4000)  # two prefill-only chunks, no decode in them
+    assert res.ttft_ms[1] <= prefill_alone + m.decode_ms(1, 140) + 1e-6
+    # request 0's intervals: one of them holds the whole prefill of request 1
+    assert max(res.itl_values) >= prefill_alone
+    # every interval of request 0 counted once, the stall included: they add up to its decode
+    n0 = 39
+    assert res.tpot_ms[0] * n0 == pytest.approx(res.e2e_ms[0] - res.ttft_ms[0])
+    mixed = simulate(model(max_num_batched_tokens=2048), [100, 4000], [40, 2], [0.0, 50.0])
+    assert max(mixed.itl_values) < prefill_alone  # mixed steps: a token in every chunk step
+
+
+def test_prefill_first_keeps_equal_length_closed_loops_in_waves():
+    """With equal lengths a prefill-first engine starts a wave's decodes on one step, so
+    the whole wave comes back together and each request waits for the wave's prefill: TTFT
+    grows with the concurrency. Mixed steps stagger the wave by chunk and it spreads out."""
+
+    def ttft(c: int, first: bool) -> float:
+        m = model(prefill_first=first, max_num_batched_tokens=2048)
+        n = 6 * c
+        res = simulate(m, [1024] * n, [64] * n, concurrency=c)
+        return float(np.mean(res.ttft_ms[c:]))  # the opening burst left out
+
+    assert ttft(16, True) > 2.5 * ttft(4, True)
+    assert ttft(16, False) < 2 * ttft(4, False)
