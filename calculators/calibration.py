@@ -131,7 +131,19 @@ def measurement_deployment(m: dict[str, Any]) -> Any:
     fields = {k: m[k] for k in DEPLOYMENT_KEYS if k in m}
     engine = m.get("engine", "vllm")
     fields["engine"] = engine if engine in ("vllm", "sglang", "trtllm") else "vllm"
+    version = release_number(m.get("engine_version"))
+    if version:  # the release's memory rules and defaults, as `--engine-version` gives them
+        fields["engine_version"] = version
     return Deployment(**fields)
+
+
+def release_number(text: Any) -> str | None:
+    """The release in a measurement's engine_version ("0.6.3.dev116+g151ef4ef" -> "0.6.3"),
+    or None where the source names none ("2025-03 (not published)", "main-2026-06")."""
+    import re
+
+    found = re.fullmatch(r"v?(\d+\.\d+(?:\.\d+)?)(?:[.+-].*)?", str(text or "").strip())
+    return found.group(1) if found else None
 
 
 def simulate_measurement(

@@ -18,14 +18,11 @@ from inferwise.calculators.calibration import load_measurements, simulate_measur
 from inferwise.calculators.errors import InputError
 
 DATA = Path(__file__).parent / "data" / "perf_measurements.toml"
-# Runs the memory-fit calculator rejects although the source shows them served:
-# gpt-oss-120b on one H100 at max_model_len 32768 (fit: 0.45 GiB left for KV).
-# They count as misses in the share tests; any new rejection fails below.
-KNOWN_FIT_DISAGREEMENTS = {
-    "gpustack-gpt-oss-120b-h100-random-32k",
-    "gpustack-gpt-oss-120b-h100-random-4k",
-    "gpustack-gpt-oss-120b-h100-random-2k",
-}
+# Runs the memory-fit calculator rejects although the source shows them served. Empty:
+# gpt-oss-120b on one H100 at max_model_len 32768 (GPUStack, vLLM 0.11.0) was one until
+# predict assumed the install fact that lets it start (FlashInfer's sampler); any new
+# rejection fails below.
+KNOWN_FIT_DISAGREEMENTS: set[str] = set()
 REQUIRED = {
     "id",
     "source_url",
@@ -154,3 +151,21 @@ def test_varying_lengths_keep_the_published_mean_and_range(ratio):
         assert lens.std() > 0.1 * 610 * (1 - ratio)
     assert set(measurement_lengths(610, None, 10, seed=1)) == {610}
     assert set(measurement_lengths(610, 1.0, 10, seed=1)) == {610}
+
+
+def test_a_measurement_runs_on_the_release_its_source_names():
+    from inferwise.calculators.calibration import measurement_deployment
+
+    base = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
+    assert (
+        measurement_deployment({**base, "engine_version": "0.6.3.dev116+g151ef4ef"}).engine_version
+        == "0.6.3"
+    )
+    assert (
+        measurement_deployment(
+            {**base, "engine_version": "0.5.6.post1", "engine": "sglang"}
+        ).engine_version
+        == "0.5.6"
+    )
+    for unnamed in ("2025-03 (not published)", "main-2026-06", "nim-1.8.0"):
+        assert measurement_deployment({**base, "engine_version": unnamed}).engine_version is None
