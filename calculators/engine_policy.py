@@ -346,8 +346,21 @@ def vllm_default_block_size(arch: ModelArchitecture, gpu_id: str | None) -> tupl
     return 16, "vLLM default block size 16"
 
 
+def v0_chunked_prefill(max_model_len: int, mla: bool) -> bool:
+    """Whether vLLM's V0 engine runs chunked prefill by default: above 32K context
+    (arg_utils ``_set_default_args_v0``), except for MLA models, for which it forces it off
+    (vllm/config.py from 0.7.1, vllm-project/vllm PR 12642: "MLA is enabled; forcing chunked
+    prefill and prefix caching to be disabled"). Without it V0 schedules prefill first: waiting
+    prompts whole, in steps of their own, while the running decodes wait."""
+    return max_model_len > 32768 and not mla
+
+
 def vllm_default_batching(
-    rules: VllmRules, gpu_total_gib: float, gpu_id: str | None, max_model_len: int
+    rules: VllmRules,
+    gpu_total_gib: float,
+    gpu_id: str | None,
+    max_model_len: int,
+    mla: bool = False,
 ) -> tuple[int, int, str]:
     """(max_num_batched_tokens, max_num_seqs, why) for ``vllm serve``.
 
@@ -360,17 +373,14 @@ def vllm_default_batching(
     The memory is torch's total, as ``current_platform.get_device_total_memory``.
     """
     if not rules.v1:
-        if max_model_len > 32768:
+        if v0_chunked_prefill(max_model_len, mla):
             return (
                 2048,
                 256,
                 "V0 enables chunked prefill above 32K context with 2048 tokens per step",
             )
-        return (
-            max(max_model_len, 2048),
-            256,
-            "V0 without chunked prefill batches up to max_model_len tokens",
-        )
+        why = "V0 turns chunked prefill off for MLA models" if mla else "V0 without chunked prefill"
+        return max(max_model_len, 2048), 256, f"{why}: a step batches up to max_model_len tokens"
     if parse_version(rules.rules_from) < (0, 9, 0):
         return 2048, 256, "vLLM 0.8 serve defaults: 2048 batched tokens, 256 sequences"
     gid = (gpu_id or "").lower()

@@ -986,12 +986,16 @@ def _vllm_limits(r: _Replica) -> _VllmLimits:
         block_size, why = ep.vllm_default_block_size(r.arch, r.gpu_id)
         notes.assumptions.append(why)
     mnbt_default, seqs_default, why = ep.vllm_default_batching(
-        rules, r.total_gib, r.gpu_id, r.max_model_len
+        rules, r.total_gib, r.gpu_id, r.max_model_len, r.arch.uses_mla
     )
     mnbt = req.max_num_batched_tokens or mnbt_default
     if req.max_num_batched_tokens is None or req.max_num_seqs is None:
         notes.assumptions.append(why)
-    if not rules.v1 and mnbt < r.max_model_len and r.max_model_len <= 32768:
+    if (
+        not rules.v1
+        and mnbt < r.max_model_len
+        and not ep.v0_chunked_prefill(r.max_model_len, r.arch.uses_mla)
+    ):
         raise InputError(
             "max_num_batched_tokens",
             f"{mnbt} is smaller than max_model_len {r.max_model_len}; the V0 engine without chunked "

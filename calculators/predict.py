@@ -708,7 +708,7 @@ def _predict_assumptions(
     assumptions += [
         "step time = max(compute, memory) + tensor-parallel all-reduces + per-step overhead, with the "
         "calibrated efficiency factors listed under factors",
-        _scheduler_phrase(req.engine, admitted_batch(model, mean_tokens)),
+        _scheduler_phrase(req.engine, admitted_batch(model, mean_tokens), model.prefill_first),
         f"{_hits_phrase(req)}, no speculative decoding; server-side times (no network, tokenization)",
         *model.notes,
     ]
@@ -730,9 +730,9 @@ def _predict_assumptions(
     return assumptions
 
 
-def _scheduler_phrase(engine: str, batch: int) -> str:
-    """How the simulated engine schedules (vLLM V1's mixed steps; SGLang's prefill-first
-    steps; TensorRT-LLM's no-evict admission shows as the batch cap)."""
+def _scheduler_phrase(engine: str, batch: int, prefill_first: bool = False) -> str:
+    """How the simulated engine schedules (vLLM V1's mixed steps; SGLang's and vLLM V0's
+    prefill-first steps; TensorRT-LLM's no-evict admission shows as the batch cap)."""
     vllm = (
         "decodes first, then chunked prefill within max_num_batched_tokens; "
         "preemption by recompute of the newest request"
@@ -747,6 +747,12 @@ def _scheduler_phrase(engine: str, batch: int) -> str:
         return (
             "scheduler as SGLang's default (no --enable-mixed-chunk): waiting prompts are "
             "prefilled first, in steps of their own within the chunked-prefill size, while the "
+            "running decodes wait; preemption by recompute of the newest request"
+        )
+    if prefill_first:
+        return (
+            "scheduler as vLLM V0 without chunked prefill: waiting prompts are prefilled "
+            "first, whole, in steps of their own within max_num_batched_tokens, while the "
             "running decodes wait; preemption by recompute of the newest request"
         )
     return f"scheduler as vLLM V1: {vllm}"

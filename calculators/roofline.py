@@ -608,9 +608,23 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         enforce_eager=dep.enforce_eager,
         notes=tuple(notes),
         max_model_len=cap["max_model_len"],
-        prefill_first=dep.engine == "sglang",
+        prefill_first=_prefills_first(dep, arch, cap["max_model_len"]),
         reserves_whole_request=dep.engine == "trtllm",
     )
+
+
+def _prefills_first(dep: Deployment, arch: Any, max_model_len: int | None) -> bool:
+    """SGLang's default scheduling, and vLLM's V0 engine without chunked prefill (its
+    default up to 32K context, and always for MLA models): see StepModel.prefill_first."""
+    if dep.engine == "sglang":
+        return True
+    if dep.engine != "vllm":
+        return False
+    from .engine_policy import v0_chunked_prefill, vllm_rules
+
+    if vllm_rules(dep.engine_version).v1:
+        return False
+    return not v0_chunked_prefill(max_model_len or 0, arch.uses_mla)
 
 
 def _multi_node_notes(dep: Deployment, hw: Hardware) -> list[str]:

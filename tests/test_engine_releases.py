@@ -255,3 +255,32 @@ def test_vllm_install_facts_are_refused_for_llamacpp():
         with pytest.raises(InputError) as err:
             estimate_fit(FitRequest.model_validate(req | {field: value}))
         assert err.value.field == field
+
+
+# --------------------------------------------------------------------------- V0 and MLA
+# vLLM 0.7.x (V0) forces chunked prefill off for MLA models (vllm/config.py, PR 12642: "MLA is
+# enabled; forcing chunked prefill and prefix caching to be disabled"); other models get it
+# above 32K context. Without it V0 batches whole prompts and schedules them first.
+
+
+def test_v0_turns_chunked_prefill_off_for_mla_and_schedules_prefill_first():
+    from inferwise.calculators.deployment import Deployment
+    from inferwise.calculators.roofline import StepModel
+
+    r1 = {"model": "deepseek-ai/DeepSeek-R1", "gpu": "h200-sxm-141gb", "tensor_parallel_size": 8}
+    fit = estimate_fit(FitRequest(**r1, engine_version="0.7.4"), with_suggestions=False)
+    assert fit.max_num_batched_tokens == fit.max_model_len == 163_840
+    assert StepModel.from_deployment(Deployment(**r1, engine_version="0.7.4")).prefill_first
+    assert not StepModel.from_deployment(Deployment(**r1, engine_version="0.11.0")).prefill_first
+    assert StepModel.from_deployment(Deployment(**r1, engine="sglang")).prefill_first
+
+
+def test_v0_keeps_chunked_prefill_above_32k_for_other_models():
+    llama = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
+    fit = estimate_fit(FitRequest(**llama, engine_version="0.7.3"), with_suggestions=False)
+    assert fit.max_num_batched_tokens == 2048  # 131,072-token context: chunked
+    short = estimate_fit(
+        FitRequest(**llama, engine_version="0.7.3", max_model_len=16_384), with_suggestions=False
+    )
+    assert short.max_num_batched_tokens == 16_384  # whole prompts
+    assert ep.v0_chunked_prefill(131_072, mla=False) and not ep.v0_chunked_prefill(131_072, True)
