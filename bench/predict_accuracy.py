@@ -29,6 +29,7 @@ from inferwise.calculators.calibration import (
     fit_efficiency,
     load_efficiency,
     load_measurements,
+    measurement_generation,
     simulate_measurement,
 )
 from inferwise.calculators.catalog import get_gpu
@@ -54,6 +55,9 @@ def metric_class(name: str) -> str:
 def group_of(m: dict) -> str:
     """The factor group a measurement is fitted in by --fit (SGLang on NVIDIA has only its
     own layer, fitted by --fit-layers; its entries do not move vLLM's shared factors)."""
+    generation = measurement_generation(m)
+    if generation is not None:  # fitted by --fit-layers alone, on top of the others
+        return "generation." + generation
     if m.get("engine", "vllm") not in ("vllm", "sglang"):
         return "engine." + m["engine"]
     if get_gpu(m["gpu"]).vendor == "amd":
@@ -63,7 +67,8 @@ def group_of(m: dict) -> str:
 
 def entry_efficiency(m: dict, factor_table: dict):
     """The factors a measurement's deployment gets from a (fitted) factor table."""
-    return load_efficiency(get_gpu(m["gpu"]), m.get("engine", "vllm"), factor_table)
+    generation = measurement_generation(m, factor_table)
+    return load_efficiency(get_gpu(m["gpu"]), m.get("engine", "vllm"), factor_table, generation)
 
 
 def table(
@@ -208,8 +213,8 @@ def fit(
     order = ["default"] + sorted(g for g in groups if g != "default")
     for g in order:
         ms = groups.get(g, [])
-        if not ms or g == "engine.sglang":
-            continue
+        if not ms or g == "engine.sglang" or g.startswith("generation."):
+            continue  # layers of their own (--fit-layers)
         gpu = get_gpu(ms[0]["gpu"])
         start = load_efficiency(gpu, ms[0].get("engine", "vllm"))
         if g != "default" and "default" in fitted:
@@ -298,6 +303,12 @@ LAYER_FITS = (
         "request_overhead_ms",
         lambda m: m.get("engine") == "sglang" and get_gpu(m["gpu"]).vendor == "nvidia",
         "SGLang's per-request cost outside the GPU (tokenizer manager, scheduler hand-off)",
+    ),
+    LayerFit(
+        (("generation", "mla-moe-early-2025"),),
+        "kernel_fraction",
+        lambda m: measurement_generation(m) == "mla-moe-early-2025",
+        "DeepSeek MLA + MoE kernels of early-2025 releases reach a fraction of today's rates",
     ),
 )
 

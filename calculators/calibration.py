@@ -74,10 +74,16 @@ def efficiency_layers(
 
 
 def load_efficiency(
-    gpu: Any, engine: str = "vllm", table: dict[str, Any] | None = None
+    gpu: Any,
+    engine: str = "vllm",
+    table: dict[str, Any] | None = None,
+    generation: str | None = None,
 ) -> Efficiency:
-    """Calibrated factors for a catalog GPU (``catalog.GPU``) served by `engine`."""
+    """Calibrated factors for a catalog GPU (``catalog.GPU``) served by `engine`; with a
+    ``generation`` (:func:`kernel_generation`), that kernel generation's rates."""
     merged, used = efficiency_layers(gpu.id, gpu.vendor, engine, table)
+    if generation is not None:
+        _apply_generation(merged, used, generation, table)
     latency = merged["allreduce_latency_us"]
     return Efficiency(
         compute_fraction=float(merged["compute_fraction"]),
@@ -99,6 +105,91 @@ def load_efficiency(
         request_overhead_ms=float(merged.get("request_overhead_ms", 0.0)),
         source=f"data/efficiency.toml [{', '.join(used)}]: {merged.get('source', '')}",
     )
+
+
+# --------------------------------------------------------------------------- kernel generations
+
+GENERATION_RATES = (
+    "compute_fraction",
+    "moe_compute_fraction",
+    "bandwidth_fraction",
+    "kv_bandwidth_fraction",
+)
+"""What a kernel generation's ``kernel_fraction`` scales: the rates its kernels reach, not
+the fixed costs of a step."""
+
+
+def kernel_generation(
+    engine: str,
+    engine_version: str | None,
+    vendor: str,
+    architecture: str,
+    table: dict[str, Any] | None = None,
+) -> str | None:
+    """The ``[generation.<name>]`` factor set of data/efficiency.toml a deployment runs on:
+    the first whose vendor and architecture class (``mla-moe`` or ``other``) match and whose
+    ``releases_before`` puts this engine release before the kernels the other factors were
+    fitted on. None for current releases and for a release not given."""
+    from .engine_policy import parse_version
+
+    release = release_number(engine_version)
+    if release is None:
+        return None
+    t = table if table is not None else _table()
+    for name, g in t.get("generation", {}).items():
+        before = g.get("releases_before", {}).get(engine)
+        if (
+            before
+            and g.get("vendor", vendor) == vendor
+            and g.get("architecture", architecture) == architecture
+            and parse_version(release) < parse_version(before)
+        ):
+            return str(name)
+    return None
+
+
+def generation_factors(name: str) -> dict[str, Any]:
+    """The stored ``[generation.<name>]`` table (its rule, kernel_fraction and source)."""
+    return dict(_table()["generation"][name])
+
+
+def architecture_class(arch: Any) -> str:
+    """``mla-moe`` for DeepSeek-V2/V3-style models (latent attention and routed experts),
+    whose kernels matured separately; ``other`` for the rest."""
+    return "mla-moe" if arch.uses_mla and arch.is_moe else "other"
+
+
+def measurement_generation(m: dict[str, Any], table: dict[str, Any] | None = None) -> str | None:
+    """The kernel generation a published measurement ran on (see :func:`kernel_generation`)."""
+    from .catalog import get_gpu
+
+    dep = measurement_deployment(m)
+    return kernel_generation(
+        dep.engine, dep.engine_version, get_gpu(m["gpu"]).vendor, _model_class(dep.model), table
+    )
+
+
+@lru_cache(maxsize=64)
+def _model_class(model: str) -> str:
+    from .architecture import from_config
+    from .catalog import load_model
+
+    return architecture_class(from_config(load_model(model).config))
+
+
+def _apply_generation(
+    merged: dict[str, Any], used: list[str], name: str, table: dict[str, Any] | None
+) -> None:
+    t = table if table is not None else _table()
+    k = float(t["generation"][name]["kernel_fraction"])
+    merged.setdefault("moe_compute_fraction", merged["compute_fraction"])
+    merged.setdefault("kv_bandwidth_fraction", merged["bandwidth_fraction"])
+    for key in GENERATION_RATES:
+        merged[key] = float(merged[key]) * k
+    merged["source"] = (
+        f"{merged.get('source', '')}; [generation.{name}] {t['generation'][name].get('source', '')}"
+    )
+    used.append(f"generation.{name}")
 
 
 # --------------------------------------------------------------------------- measurements
@@ -152,13 +243,10 @@ def simulate_measurement(
     """Predicted value of every metric a measurement reports."""
 
     from .batching_sim import simulate_load
-    from .catalog import get_gpu
     from .roofline import StepModel
 
     dep = measurement_deployment(m)
-    if efficiency is None:
-        efficiency = load_efficiency(get_gpu(m["gpu"]), m.get("engine", "vllm"))
-    model = StepModel.from_deployment(dep, efficiency)
+    model = StepModel.from_deployment(dep, efficiency)  # None: the factors predict would use
     load = m.get("load", "offline")
     n = min(int(m.get("num_prompts", 100)), MAX_SIMULATED_REQUESTS)
     concurrency = int(m["concurrency"]) if load == "concurrency" else None
@@ -239,6 +327,7 @@ _BOUNDS = {
     "compute_half_tokens": (1.0, 4096.0),
     "attn_seq_overhead_us": (0.01, 20.0),
     "request_overhead_ms": (0.1, 300.0),
+    "kernel_fraction": (0.05, 1.0),
 }
 
 

@@ -554,7 +554,7 @@ def compute_dtype(scheme: Any, gpu: Any) -> tuple[str, str]:
 
 def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepModel:
     from .architecture import from_config
-    from .calibration import load_efficiency
+    from .calibration import architecture_class, kernel_generation, load_efficiency
     from .catalog import get_gpu, load_model
     from .quantization import DTYPE_BYTES, resolve_quantization
 
@@ -575,8 +575,13 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         link_gb_per_s=gpu.interconnect_bandwidth_gb_per_s,
         scale_up_gpus=SCALE_UP_GPUS.get(gpu.id, 8),
     )
-    eff = efficiency or load_efficiency(gpu, dep.engine)
+    generation = kernel_generation(
+        dep.engine, dep.engine_version, gpu.vendor, architecture_class(arch)
+    )
+    eff = efficiency or load_efficiency(gpu, dep.engine, generation=generation)
     notes = [why, *cap["notes"]]
+    if efficiency is None and generation is not None:
+        notes.append(_generation_note(dep, generation))
     notes.extend(_multi_node_notes(dep, hw))
     if efficiency is None and "engine." + dep.engine not in eff.source and dep.engine != "vllm":
         notes.append(
@@ -610,6 +615,17 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         max_model_len=cap["max_model_len"],
         prefill_first=_prefills_first(dep, arch, cap["max_model_len"]),
         reserves_whole_request=dep.engine == "trtllm",
+    )
+
+
+def _generation_note(dep: Deployment, generation: str) -> str:
+    from .calibration import generation_factors
+
+    g = generation_factors(generation)
+    return (
+        f"{dep.engine} {dep.engine_version} predates the kernels the factors were fitted on: "
+        f"its kernel rates are {float(g['kernel_fraction']):.2f}x (data/efficiency.toml "
+        f"[generation.{generation}]: {g.get('applies', '')})"
     )
 
 

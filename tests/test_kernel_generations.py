@@ -1,0 +1,53 @@
+"""Kernel generations: an engine release older than the kernels the factors were fitted on
+gets that generation's rates (data/efficiency.toml [generation.*]), and says so."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferwise.calculators.calibration import generation_factors, kernel_generation
+from inferwise.calculators.deployment import Deployment
+from inferwise.calculators.roofline import StepModel
+
+EARLY = "mla-moe-early-2025"
+R1 = {"model": "deepseek-ai/DeepSeek-R1", "gpu": "h200-sxm-141gb", "tensor_parallel_size": 8}
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "vendor", "arch", "expected"),
+    [
+        ("vllm", "0.7.4", "nvidia", "mla-moe", EARLY),
+        ("vllm", "0.7.4.dev181+gf35f8e22", "nvidia", "mla-moe", EARLY),
+        ("vllm", "0.8.0", "nvidia", "mla-moe", None),
+        ("sglang", "0.4.3.post2", "nvidia", "mla-moe", EARLY),
+        ("sglang", "0.4.4", "nvidia", "mla-moe", None),
+        ("trtllm", "0.17.post1.dev", "nvidia", "mla-moe", EARLY),
+        ("trtllm", "1.0", "nvidia", "mla-moe", None),
+        ("vllm", "0.7.4", "amd", "mla-moe", None),  # no early-2025 ROCm measurement fits it
+        ("vllm", "0.7.4", "nvidia", "other", None),  # dense and GQA models: the factors as fitted
+        ("vllm", None, "nvidia", "mla-moe", None),  # no release given: the current one
+    ],
+)
+def test_which_releases_run_on_the_early_kernels(engine, version, vendor, arch, expected):
+    assert kernel_generation(engine, version, vendor, arch) == expected
+
+
+def test_an_early_release_gets_the_generations_rates_and_names_them():
+    current = StepModel.from_deployment(Deployment(**R1, engine_version="0.11.0"))
+    early = StepModel.from_deployment(Deployment(**R1, engine_version="0.7.4"))
+    k = float(generation_factors(EARLY)["kernel_fraction"])
+    assert 0 < k < 1
+    assert early.efficiency.bandwidth_fraction == pytest.approx(
+        current.efficiency.bandwidth_fraction * k
+    )
+    assert early.efficiency.moe_fraction == pytest.approx(current.efficiency.moe_fraction * k)
+    assert early.efficiency.step_overhead_ms == current.efficiency.step_overhead_ms
+    assert any(f"[generation.{EARLY}]" in n for n in early.notes)
+    assert f"generation.{EARLY}" in early.efficiency.source
+    assert early.decode_ms(8, 4000) > current.decode_ms(8, 4000)
+
+
+def test_a_dense_model_on_the_same_release_is_not_touched():
+    llama = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
+    old = StepModel.from_deployment(Deployment(**llama, engine_version="0.7.3"))
+    assert "generation." not in old.efficiency.source
