@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import logging
 import queue
 import signal
 import sys
@@ -37,10 +38,16 @@ PARSE_ON_THREAD_BYTES = 256 << 10
 async def report_progress(
     progress: Progress | None, done: float, total: float | None, msg: str
 ) -> None:
+    """Tell the caller (an MCP client's progress channel) how far the run is.
+
+    A failing progress callback (the client went away, its channel closed) must not end a run
+    whose requests are already measured and stored, so its error is logged and dropped."""
     if progress is None:
         return
-    with contextlib.suppress(Exception):
+    try:
         await progress(done, total, msg)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        logging.getLogger(__name__).debug("progress report dropped: %r", exc)
 
 
 @dataclasses.dataclass

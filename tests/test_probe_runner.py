@@ -509,3 +509,22 @@ def test_markdown_renders_sweeps_errors_and_notes(tmp_path) -> None:
     assert "### Sweep" in text and "### Errors" in text and "http_5xx" in text
     assert text.count("| complete |") == 2
     assert "goodput" in text and res.run_id in text
+
+
+def test_a_failing_progress_channel_does_not_end_the_run(caplog):
+    """An MCP client that went away mid-run: its progress callback raises, the probe goes on."""
+    import asyncio
+    import logging
+
+    from inferwise.probes.session import report_progress
+
+    calls = []
+
+    async def broken(done, total, msg):
+        calls.append(done)
+        raise ConnectionResetError("client gone")
+
+    with caplog.at_level(logging.DEBUG, logger="inferwise.probes.session"):
+        asyncio.run(report_progress(broken, 3, 10, "3 of 10 requests"))
+    assert calls == [3]
+    assert "progress report dropped" in caplog.text
