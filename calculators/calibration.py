@@ -273,8 +273,10 @@ def measurement_lengths(mean_tokens: int, range_ratio: float | None, n: int, see
     top = 2.0 * mean_tokens / (1.0 + range_ratio)
     rng = np.random.default_rng(seed)
     drawn = rng.uniform(max(1.0, range_ratio * top), top, size=n)
-    # a few draws (10 prompts at concurrency 1) miss the published mean: rescale to it
-    return np.maximum(1, np.rint(drawn * mean_tokens / drawn.mean())).astype(np.int64)
+    # a few draws (10 prompts at concurrency 1) miss the published mean: rescale to it, never
+    # past L (the benchmark draws no prompt longer than the length it was given)
+    scaled = np.rint(drawn * mean_tokens / drawn.mean())
+    return np.clip(scaled, 1, max(1, int(top))).astype(np.int64)
 
 
 MAX_SIMULATED_REQUESTS = 4000  # steady state long before; 30,000-request offline runs stay fast

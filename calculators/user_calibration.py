@@ -181,19 +181,14 @@ def point_lengths(point: MeasuredPoint) -> tuple[Any, Any]:
         inp = np.asarray(point.input_lens)[idx]
         out = np.maximum(1, np.asarray(point.output_lens)[idx])
         return inp.astype(int), out.astype(int)
-    if point.length_spread == "uniform":
-        rng = np.random.default_rng(0)
-        return _uniform(rng, point.input_tokens_mean, n), _uniform(rng, point.output_tokens_mean, n)
+    if point.length_spread == "uniform":  # a range ratio of 0, as the published runs drew them
+        from .calibration import measurement_lengths
+
+        inp_mean, out_mean = round(point.input_tokens_mean), round(point.output_tokens_mean)
+        return measurement_lengths(inp_mean, 0.0, n, 1), measurement_lengths(out_mean, 0.0, n, 2)
     inp = np.full(n, max(1, round(point.input_tokens_mean)))
     out = np.full(n, max(1, round(point.output_tokens_mean)))
     return inp, out
-
-
-def _uniform(rng: Any, mean: float, n: int) -> Any:
-    """n integer lengths uniform on [1, 2 * mean - 1]: the given mean, spread as widely as
-    a range ratio of 0 spreads them."""
-    high = max(1, round(2 * mean - 1))
-    return rng.integers(1, high + 1, size=n)
 
 
 def simulate_point(

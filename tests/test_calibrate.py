@@ -401,7 +401,7 @@ def test_uniform_length_spread_keeps_the_means_and_desynchronises_a_closed_loop(
     spread = MeasuredPoint(**base, length_spread="uniform")
     inp, out = point_lengths(spread)
     assert abs(inp.mean() / 2000 - 1) < 0.08 and abs(out.mean() / 300 - 1) < 0.08
-    assert inp.min() >= 1 and inp.max() <= 3999 and np.ptp(out) > 400
+    assert inp.min() >= 1 and inp.max() <= 2 * 2000 and np.ptp(out) > 400  # never past L
     assert len(set(point_lengths(fixed)[0].tolist())) == 1
     model = StepModel.from_deployment(Deployment(model=MODEL, gpu="h100-sxm-80gb"))
     ttft_fixed = simulate_point(model, fixed, 0.0)["ttft_ms"]
