@@ -575,12 +575,14 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         link_gb_per_s=gpu.interconnect_bandwidth_gb_per_s,
         scale_up_gpus=SCALE_UP_GPUS.get(gpu.id, 8),
     )
-    generation = kernel_generation(
-        dep.engine, dep.engine_version, gpu.vendor, architecture_class(arch)
-    )
+    generation = None  # a given efficiency (a calibration) already is the deployment's own
+    if efficiency is None:
+        generation = kernel_generation(
+            dep.engine, dep.engine_version, gpu.vendor, architecture_class(arch)
+        )
     eff = efficiency or load_efficiency(gpu, dep.engine, generation=generation)
     notes = [why, *cap["notes"]]
-    if efficiency is None and generation is not None:
+    if generation is not None:
         notes.append(_generation_note(dep, generation))
     notes.extend(_multi_node_notes(dep, hw))
     if efficiency is None and "engine." + dep.engine not in eff.source and dep.engine != "vllm":
@@ -725,8 +727,9 @@ def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[
     fit = _fit_without_suggestions(FitRequest(**fields))
     notes = list(kv.notes)
     if not fit.fits and dep.engine == "vllm":
-        fit, pinned = _fit_with_open_facts(fields)
-        if pinned:
+        rescued, pinned = _fit_with_open_facts(fields)
+        if rescued is not None:
+            fit = rescued
             notes.append(pinned)
     if not fit.fits or not fit.kv_cache_tokens:
         verdict = str(getattr(fit, "verdict", "") or "").rstrip(".")
@@ -759,18 +762,16 @@ and which MXFP4 MoE kernel the installed vLLM runs), in the order tried when the
 default choice leaves too little KV cache."""
 
 
-def _fit_with_open_facts(fields: dict[str, Any]) -> tuple[Any, str | None]:
+def _fit_with_open_facts(fields: dict[str, Any]) -> tuple[Any, str]:
     """The fit under the first unsaid install fact that makes the deployment fit, and the
     assumption saying which. A deployment that runs with FlashInfer installed is a question
     predict can answer: refusing it because the conservative default (PyTorch's sampler) is
-    a few MiB short would turn away a server that starts. Returns the failing fit and None
-    when no install fact helps."""
+    a few MiB short would turn away a server that starts. (None, "") when no install fact
+    helps: the conservative default's verdict stands."""
     from .fit import FitRequest
 
-    failing = None
     for pin in OPEN_FACT_PINS:
         fit = _fit_without_suggestions(FitRequest(**fields, **pin))
-        failing = failing or fit
         if fit.fits and fit.kv_cache_tokens:
             said = ", ".join(f"{k}={v}" for k, v in pin.items())
             return fit, (
@@ -778,7 +779,7 @@ def _fit_with_open_facts(fields: dict[str, Any]) -> tuple[Any, str | None]:
                 f"assumed {said} ({fit.kv_cache_tokens:,} KV tokens); with the conservative "
                 f"default vLLM would refuse to start at this max_model_len"
             )
-    return failing, None
+    return None, ""
 
 
 def _fit_without_suggestions(req: Any) -> Any:
