@@ -741,12 +741,18 @@ def simulate_load(
     seed: int = 0,
     stagger_ms: float = 0.0,
     cached: KvCached | None = None,
+    whole_run: bool = False,
 ) -> tuple[SimResult, LoadStats]:
     """The requests under one load shape, and its statistics: a closed loop of
     `concurrency` clients (first requests spread over `stagger_ms`), an open loop
     at `rate_per_s` with gamma(`burstiness`) arrivals drawn from `seed`, or, with
     neither (or an infinite rate), every request at once (offline). `cached`: prompt
-    tokens found in the KV cache (see :class:`KvCached`)."""
+    tokens found in the KV cache (see :class:`KvCached`).
+
+    A closed loop's statistics leave its ramps out (the steady state) unless
+    `whole_run`: then they cover every request over the wall-clock duration, as
+    vllm bench serve and SGLang's bench_serving report a run, the opening wave of
+    `concurrency` prompts that arrive at once included."""
     if concurrency is not None:
         res = simulate(
             model,
@@ -756,7 +762,7 @@ def simulate_load(
             stagger_ms=stagger_ms,
             cached=cached,
         )
-        return res, load_stats(res, concurrency)
+        return res, load_stats(res, None if whole_run else concurrency)
     arrivals = None
     if rate_per_s is not None and not math.isinf(rate_per_s):
         arrivals = poisson_arrivals_ms(len(input_tokens), float(rate_per_s), burstiness, seed=seed)

@@ -257,7 +257,10 @@ def simulate_measurement(
     inp = measurement_lengths(int(m["input_tokens"]), m.get("range_ratio"), n, seed=1)
     out = measurement_lengths(int(m["output_tokens"]), m.get("range_ratio"), n, seed=2)
     rate = float(m["request_rate"]) if load == "rate" else None
-    _, stats = simulate_load(model, inp, out, concurrency=concurrency, rate_per_s=rate)
+    whole_run = not m.get("steady_state")
+    _, stats = simulate_load(
+        model, inp, out, concurrency=concurrency, rate_per_s=rate, whole_run=whole_run
+    )
     return {name: metric_value(stats, name) for name in m["values"]}
 
 

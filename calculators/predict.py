@@ -90,7 +90,7 @@ class PredictRequest(
         default=None,
         ge=1,
         le=MAX_REQUESTS,
-        description=f"Requests to simulate; default: enough for stable percentiles (10 x concurrency, or ~60 s of arrivals), at most {MAX_REQUESTS}.",
+        description=f"Requests to simulate, at most {MAX_REQUESTS}. Given (a benchmark's --num-prompts), a closed loop's figures cover all of them, as benchmark clients report a run; not given: enough for stable percentiles (10 x concurrency, or ~60 s of arrivals), the ramps left out.",
     )
     seed: int = Field(
         default=0,
@@ -338,6 +338,14 @@ def default_num_requests(concurrency: int | None, rate: float | None) -> int:
     return min(n, MAX_REQUESTS)
 
 
+def whole_run(req: Any) -> bool:
+    """Whether a closed loop's figures cover every request: yes when the request count is
+    given, since that describes a benchmark run (``--num-prompts``) and benchmark clients
+    report all of it, the opening wave of `concurrency` prompts included; no when the count
+    is ours, where the ramps are left out and the figures are the steady state."""
+    return getattr(req, "num_requests", None) is not None
+
+
 def saturation_point(
     model: Any, mean_in: float, mean_out: float, cached_share: float = 0.0
 ) -> Saturation:
@@ -394,7 +402,13 @@ def run_load(req: Any, model: Any, n: int | None = None) -> LoadRun:
         conc = 1
     n = n or req.num_requests or default_num_requests(conc, rate)
     inp, out = workload_arrays(req, n, getattr(req, "max_model_len", None))
-    load = {"concurrency": conc, "rate_per_s": rate, "burstiness": req.burstiness, "seed": req.seed}
+    load = {
+        "concurrency": conc,
+        "rate_per_s": rate,
+        "burstiness": req.burstiness,
+        "seed": req.seed,
+        "whole_run": whole_run(req),
+    }
     prefix = plan_hits(req, model, inp, out, conc)
     res, stats = simulate_load(model, inp, out, cached=prefix and prefix.cached, **load)
     baseline = simulate_load(model, inp, out, **load)[1] if prefix else None
@@ -717,16 +731,22 @@ def _predict_assumptions(
             a.replace("no speculative decoding", "the plain engine simulated, speculation on top")
             for a in assumptions
         ]
-    if mode == "concurrency":
+    if mode == "concurrency" and whole_run(req):
+        assumptions.append(
+            f"closed loop of {req.num_requests} requests, every one counted over the wall-clock "
+            "duration as benchmark clients report a run: the opening wave, whose prompts all "
+            "arrive at once, raises mean TTFT"
+        )
+    elif mode == "concurrency":
         assumptions.append(
             "closed loop: the first and last `concurrency` requests (ramp up/down) are left out"
         )
-        if not spread and (req.concurrency or 1) > 1:
-            assumptions.append(
-                "identical lengths in a closed loop make requests start and finish in lock-step "
-                "waves (as benchmarks with fixed lengths do); give input_tokens_p95 / "
-                "output_tokens_p95 for a spread"
-            )
+    if mode == "concurrency" and not spread and (req.concurrency or 1) > 1:
+        assumptions.append(
+            "identical lengths in a closed loop make requests start and finish in lock-step "
+            "waves (as benchmarks with fixed lengths do); give input_tokens_p95 / "
+            "output_tokens_p95 for a spread"
+        )
     return assumptions
 
 

@@ -139,3 +139,26 @@ def test_cli_markdown_and_exit_codes(capsys):
     assert main([*predict, "--concurrency", "2", "--request-rate", "1"]) == 2
     assert main(["predict", "--model", L8["model"], "--gpu", "nonexistent-gpu"]) == 2
     assert "--gpu" in capsys.readouterr().err
+
+
+def test_a_given_request_count_reports_the_whole_benchmark_run():
+    """A closed loop of --num-prompts requests, as benchmark clients report it: the opening
+    wave (every client's first prompt arrives at once) is counted, so mean TTFT is higher
+    than the steady state's, and predict agrees with the published-run simulation that
+    bench/predict_accuracy.py scores."""
+    from inferwise.calculators.calibration import simulate_measurement
+
+    shape = {"input_tokens": 4000, "output_tokens": 300, "concurrency": 64}
+    run_of_200 = run(**shape, num_requests=200)
+    steady = run(**shape)  # our own count, the ramps left out
+    assert run_of_200.ttft_ms.mean > 1.2 * steady.ttft_ms.mean
+    assert any("every one counted" in a for a in run_of_200.assumptions)
+    assert any("ramp up/down) are left out" in a for a in steady.assumptions)
+    published = simulate_measurement(
+        {**L8, **shape, "num_prompts": 200, "load": "concurrency",
+         "values": {"ttft_ms.mean": 1.0, "output_tokens_per_s": 1.0}},
+    )  # fmt: skip
+    assert run_of_200.ttft_ms.mean == pytest.approx(published["ttft_ms.mean"], rel=1e-6)
+    assert run_of_200.output_tokens_per_s == pytest.approx(
+        published["output_tokens_per_s"], rel=1e-6
+    )

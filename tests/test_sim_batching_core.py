@@ -273,3 +273,19 @@ def test_prefill_first_keeps_equal_length_closed_loops_in_waves():
 
     assert ttft(16, True) > 2.5 * ttft(4, True)
     assert ttft(16, False) < 2 * ttft(4, False)
+
+
+def test_whole_run_statistics_count_the_opening_wave_and_the_wall_clock():
+    """whole_run: every request over the wall-clock duration (a benchmark's report);
+    otherwise the closed loop's ramps are left out and throughput follows Little's law."""
+    from inferwise.calculators.batching_sim import simulate_load
+
+    model = toy_8b()
+    inp, out = np.full(120, 2000), np.full(120, 100)
+    res, whole = simulate_load(model, inp, out, concurrency=32, whole_run=True)
+    _, steady = simulate_load(model, inp, out, concurrency=32)
+    assert len(whole.ttft_ms) == 120 and len(steady.ttft_ms) == 120 - 2 * 32
+    assert whole.output_tokens_per_s == pytest.approx(out.sum() / (res.duration_ms / 1e3), rel=1e-9)
+    first_wave = res.ttft_ms[:32].mean()
+    assert first_wave > res.ttft_ms[32:-32].mean()
+    assert whole.ttft_ms.mean() > steady.ttft_ms.mean()
