@@ -30,6 +30,7 @@ from inferwise.calculators.calibration import (
     load_efficiency,
     load_measurements,
     measurement_generation,
+    model_class,
     simulate_measurement,
 )
 from inferwise.calculators.catalog import get_gpu
@@ -299,6 +300,16 @@ LAYER_FITS = (
         "Ampere's tensor cores reach a larger share of their (lower) peak than Hopper's",
     ),
     LayerFit(
+        (("default", ""),),
+        "mla_layer_overhead_us",
+        lambda m: (
+            model_class(m["model"]) == "mla-moe"
+            and get_gpu(m["gpu"]).vendor == "nvidia"
+            and measurement_generation(m) is None
+        ),
+        "an MLA layer launches about twice the small kernels of a grouped-query attention layer",
+    ),
+    LayerFit(
         (("engine", "sglang"),),
         "request_overhead_ms",
         lambda m: m.get("engine") == "sglang" and get_gpu(m["gpu"]).vendor == "nvidia",
@@ -317,7 +328,10 @@ def with_value(base: dict, tables: tuple[tuple[str, str], ...], key: str, value:
     """A copy of a factor table with `key` set to `value` in each of `tables`."""
     out = copy.deepcopy(base)
     for kind, name in tables:
-        out.setdefault(kind, {}).setdefault(name, {})[key] = value
+        if kind == "default":  # the shared table itself, not a layer under it
+            out.setdefault("default", {})[key] = value
+        else:
+            out.setdefault(kind, {}).setdefault(name, {})[key] = value
     return out
 
 

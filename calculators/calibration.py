@@ -24,6 +24,7 @@ EFFICIENCY_FILE = Path(__file__).parent / "data" / "efficiency.toml"
 _KEYS = (
     "kv_bandwidth_fraction",
     "per_layer_overhead_us",
+    "mla_layer_overhead_us",
     "compute_fraction",
     "moe_compute_fraction",
     "bandwidth_fraction",
@@ -97,6 +98,7 @@ def load_efficiency(
             merged.get("moe_compute_fraction") or merged["compute_fraction"]
         ),
         per_layer_overhead_us=float(merged.get("per_layer_overhead_us", 0.0)),
+        mla_layer_overhead_us=float(merged.get("mla_layer_overhead_us", 0.0)),
         kv_bandwidth_fraction=float(
             merged.get("kv_bandwidth_fraction") or merged["bandwidth_fraction"]
         ),
@@ -165,12 +167,13 @@ def measurement_generation(m: dict[str, Any], table: dict[str, Any] | None = Non
 
     dep = measurement_deployment(m)
     return kernel_generation(
-        dep.engine, dep.engine_version, get_gpu(m["gpu"]).vendor, _model_class(dep.model), table
+        dep.engine, dep.engine_version, get_gpu(m["gpu"]).vendor, model_class(dep.model), table
     )
 
 
 @lru_cache(maxsize=64)
-def _model_class(model: str) -> str:
+def model_class(model: str) -> str:
+    """The architecture class (:func:`architecture_class`) of a catalog model, by name."""
     from .architecture import from_config
     from .catalog import load_model
 
@@ -312,6 +315,7 @@ def metric_value(stats: Any, name: str) -> float:
 FIT_KEYS = (
     "kv_bandwidth_fraction",
     "per_layer_overhead_us",
+    "mla_layer_overhead_us",
     "compute_fraction",
     "moe_compute_fraction",
     "bandwidth_fraction",
@@ -325,6 +329,7 @@ _BOUNDS = {
     "bandwidth_fraction": (0.2, 0.92),
     "step_overhead_ms": (0.05, 20.0),
     "per_layer_overhead_us": (0.5, 300.0),
+    "mla_layer_overhead_us": (0.5, 300.0),
     "kv_bandwidth_fraction": (0.1, 0.92),
     "per_seq_overhead_ms": (0.0, 0.2),
     "allreduce_latency_us": (2.0, 200.0),

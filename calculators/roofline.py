@@ -78,6 +78,8 @@ class ModelShape:
     """Bytes per activation element on the all-reduce wire (bf16)."""
     num_kv_heads: int = 0
     """For KV replication under tensor parallelism (0 = not replicated / MLA handled by caller)."""
+    mla_layers: int = 0
+    """Layers whose attention is multi-head latent attention (DeepSeek-V2/V3 style)."""
 
     @property
     def active_params(self) -> float:
@@ -155,6 +157,10 @@ class Efficiency:
     per_layer_overhead_us: float = 0.0
     """Per decoder layer per step: the floor of the dozen small kernels a layer
     launches, which does not shrink with the batch (visible at small batch)."""
+    mla_layer_overhead_us: float = 0.0
+    """What an MLA layer adds to that floor: its low-rank query and KV projections, their
+    norms, the rotary part and the absorbed up-projections are each a kernel of their own,
+    about twice what a grouped-query attention layer launches. 0 = none."""
     moe_compute_fraction: float | None = None
     """Achievable fraction of peak in routed-expert GEMMs (grouped GEMMs over few
     tokens per expert run further from peak than dense ones); None = compute_fraction."""
@@ -182,6 +188,7 @@ class Efficiency:
             "link_fraction": self.link_fraction,
             "moe_compute_fraction": self.moe_fraction,
             "per_layer_overhead_us": self.per_layer_overhead_us,
+            "mla_layer_overhead_us": self.mla_layer_overhead_us,
             "kv_bandwidth_fraction": self.kv_fraction,
             "compute_half_tokens": self.compute_half_tokens,
             "attn_seq_overhead_us": self.attn_seq_overhead_us,
@@ -290,7 +297,9 @@ class StepModel:
         if self.pipeline_parallel_size > 1:
             comm_ms = comm_ms + self._stage_hops_s(msg) * 1e3
         overhead = e.step_overhead_ms * (e.eager_overhead_factor if self.enforce_eager else 1.0)
-        layers_ms = e.per_layer_overhead_us * 1e-3 * s.num_layers
+        layers_ms = (
+            e.per_layer_overhead_us * s.num_layers + e.mla_layer_overhead_us * s.mla_layers
+        ) * 1e-3
         overhead_ms = overhead + layers_ms + e.per_seq_overhead_ms * sampled
         if e.attn_seq_overhead_us:
             overhead_ms = overhead_ms + e.attn_seq_overhead_us * 1e-3 * decode_seqs * s.num_layers
@@ -517,6 +526,7 @@ def shape_from_architecture(
         moe_layers=moe_layers,
         lm_head_params=lm_head,
         num_kv_heads=0 if mla is not None else arch.num_kv_heads,
+        mla_layers=sum(1 for k in arch.layer_kinds if k == "mla"),
     )
 
 

@@ -352,3 +352,25 @@ def test_a_pipeline_stage_boundary_between_nodes_goes_over_the_network():
     assert within.breakdown(1000, 0, 0).communication_ms == pytest.approx(
         tp4 + (10e-6 + msg / (450e9 * 0.5)) * 1e3, rel=1e-9
     )
+
+
+def test_an_mla_layer_adds_its_own_floor_to_the_step():
+    """mla_layer_overhead_us is charged once per MLA layer per step, whatever the batch, and
+    only to models whose attention is latent (DeepSeek-R1: all 61 layers); a grouped-query
+    model's step is untouched by it."""
+    from dataclasses import replace
+
+    r1 = StepModel.from_deployment(
+        Deployment(model="deepseek-ai/DeepSeek-R1", gpu="h200-sxm-141gb", tensor_parallel_size=8)
+    )
+    assert r1.shape.mla_layers == r1.shape.num_layers == 61
+    base = replace(r1.efficiency, mla_layer_overhead_us=0.0)
+    floor = replace(r1.efficiency, mla_layer_overhead_us=50.0)
+    for batch in (1, 64):
+        extra = r1.with_efficiency(floor).decode_ms(batch, 2000) - r1.with_efficiency(
+            base
+        ).decode_ms(batch, 2000)
+        assert extra == pytest.approx(61 * 50e-3, rel=1e-9)
+    llama = llama8b(replace(IDEAL, mla_layer_overhead_us=50.0))
+    assert llama.shape.mla_layers == 0
+    assert llama.decode_ms(1, 2000) == pytest.approx(llama8b().decode_ms(1, 2000), rel=1e-12)
