@@ -111,7 +111,7 @@ SCALE_OUT_FRACTION = 0.8
 describes NVLink)."""
 SCALE_OUT_LATENCY_US = 10.0
 """Added to each all-reduce that leaves the node (network hop and NIC; assumed, not fitted)."""
-SCALE_UP_GPUS = {"gb200": 72}
+SCALE_UP_GPUS = {"gb200": 72, "gb300": 72}
 """NVLink domain sizes other than a node of 8."""
 
 
