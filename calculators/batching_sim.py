@@ -531,7 +531,7 @@ def _initial_arrivals(
 
 
 def _decode_block(
-    line: tuple[float, float, float, float, float],
+    line: tuple[float, float, float, float, float, float],
     t: float,
     kv0: float,
     d: int,
@@ -543,14 +543,14 @@ def _decode_block(
     (the next arrival); returns the times and the end time."""
     import numpy as np
 
-    c0, c1, m0, m1, fixed = line
+    c0, c1, m0, m1, fixed, floor = line
     if k <= 48:
         # Few steps: plain arithmetic beats numpy's per-call cost.
         times_l: list[float] = []
         now = t
         kv = kv0
         for _ in range(k):
-            dt_s = max(c0 + c1 * kv, m0 + m1 * kv) + fixed
+            dt_s = max(c0 + c1 * kv, m0 + m1 * kv, floor) + fixed
             now += dt_s
             times_l.append(dt_s)
             kv += d
@@ -558,7 +558,7 @@ def _decode_block(
                 break
         return np.array(times_l), now
     kvs = kv0 + d * np.arange(k, dtype=float)
-    times = np.maximum(c0 + c1 * kvs, m0 + m1 * kvs) + fixed
+    times = np.maximum(np.maximum(c0 + c1 * kvs, m0 + m1 * kvs), floor) + fixed
     ends = t + np.cumsum(times)
     if limit is not None:
         cut = int(np.searchsorted(ends, limit, side="left")) + 1

@@ -31,7 +31,8 @@ _KEYS = (
     "step_overhead_ms",
     "per_seq_overhead_ms",
     "link_fraction",
-    "eager_overhead_factor",
+    "eager_layer_overhead_us",
+    "eager_mla_layer_overhead_us",
     "compute_half_tokens",
     "attn_seq_overhead_us",
     "request_overhead_ms",
@@ -93,7 +94,8 @@ def load_efficiency(
         per_seq_overhead_ms=float(merged["per_seq_overhead_ms"]),
         allreduce_latency_us=float(latency.get(gpu.interconnect, latency.get("pcie", 40.0))),
         link_fraction=float(merged["link_fraction"]),
-        eager_overhead_factor=float(merged.get("eager_overhead_factor", 3.0)),
+        eager_layer_overhead_us=float(merged.get("eager_layer_overhead_us", 270.0)),
+        eager_mla_layer_overhead_us=float(merged.get("eager_mla_layer_overhead_us", 880.0)),
         moe_compute_fraction=float(
             merged.get("moe_compute_fraction") or merged["compute_fraction"]
         ),

@@ -608,6 +608,21 @@ def mxfp4_alignment(
     return MXFP4_KERNEL_ALIGNMENT[kernel or mxfp4_kernel(rules, gpu_id)]
 
 
+TRTLLM_GRAPHS_BY_DEFAULT = (0, 18, 0)
+"""The first TensorRT-LLM release treated as capturing CUDA graphs on its PyTorch backend by
+default. The 0.17-era ``PyTorchConfig`` had ``use_cuda_graph: bool = False`` (and the overlap
+scheduler off): DeepSeek-R1 guides of the time turned graphs on in extra_llm_api_options. Later
+releases were not read one by one; they are taken as graphs on, as 1.x is."""
+
+
+def trtllm_runs_eagerly(version: str | None, arch: ModelArchitecture) -> bool:
+    """Whether TensorRT-LLM serves this model without CUDA graphs by default: DeepSeek-V3/R1
+    (MLA + MoE) ran only on the PyTorch backend in early 2025, whose graphs were off."""
+    if not version or not (arch.uses_mla and arch.is_moe):
+        return False
+    return parse_version(version) < TRTLLM_GRAPHS_BY_DEFAULT
+
+
 def cuda_graph_bytes(arch: ModelArchitecture, layers_on_rank: int, enforce_eager: bool) -> int:
     """CUDA-graph pool for the default capture sizes (up to 512 tokens),
     piecewise per layer plus full decode graphs. vLLM's own estimates in the

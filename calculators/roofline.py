@@ -41,6 +41,15 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 Bound = Literal["compute", "memory-bandwidth", "communication", "overhead"]
 
 
+def _maximum(a: Any, b: Any) -> Any:
+    """Element-wise max of floats or numpy arrays (the step terms are either)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a if a >= b else b
+    import numpy as np
+
+    return np.maximum(a, b)
+
+
 @dataclass(frozen=True)
 class ModelShape:
     """The model facts the step time depends on, for the whole model (not split).
@@ -149,8 +158,12 @@ class Efficiency:
     """Fixed cost of one small all-reduce on this interconnect."""
     link_fraction: float
     """Achievable fraction of the link bandwidth in an all-reduce."""
-    eager_overhead_factor: float = 3.0
-    """Multiplier on the step overhead without CUDA graphs (--enforce-eager)."""
+    eager_layer_overhead_us: float = 270.0
+    """Without CUDA graphs (eager mode) the host dispatches every kernel of every layer itself
+    (Python module calls, launches): per decoder layer, this long. A step then takes at least
+    that dispatch time, however little work the GPU has (:meth:`StepModel.eager_floor_ms`)."""
+    eager_mla_layer_overhead_us: float = 880.0
+    """What an MLA layer (with its routed experts) adds to that dispatch in eager mode."""
     kv_bandwidth_fraction: float | None = None
     """Achievable fraction of bandwidth when attention reads the paged KV cache
     (scattered blocks, many small sequences); None = bandwidth_fraction."""
@@ -296,14 +309,28 @@ class StepModel:
             comm_ms = 2 * s.num_layers * self._allreduce_s(msg) * 1e3
         if self.pipeline_parallel_size > 1:
             comm_ms = comm_ms + self._stage_hops_s(msg) * 1e3
-        overhead = e.step_overhead_ms * (e.eager_overhead_factor if self.enforce_eager else 1.0)
+        overhead = e.step_overhead_ms
         layers_ms = (
             e.per_layer_overhead_us * s.num_layers + e.mla_layer_overhead_us * s.mla_layers
         ) * 1e-3
         overhead_ms = overhead + layers_ms + e.per_seq_overhead_ms * sampled
         if e.attn_seq_overhead_us:
             overhead_ms = overhead_ms + e.attn_seq_overhead_us * 1e-3 * decode_seqs * s.num_layers
+        if self.enforce_eager:  # the GPU waits for the host: the step lasts the dispatch at least
+            gpu_ms = _maximum(compute_ms, memory_ms) + comm_ms + overhead_ms
+            overhead_ms = overhead_ms + _maximum(0.0 * gpu_ms, self.eager_floor_ms() - gpu_ms)
         return compute_ms, memory_ms, comm_ms, overhead_ms, flops, nbytes
+
+    def eager_floor_ms(self) -> float:
+        """The host's time to dispatch one step without CUDA graphs: the scheduler's share
+        plus every layer's kernels (MLA layers more). With graphs the GPU replays them and
+        this floor does not apply."""
+        s, e = self.shape, self.efficiency
+        per_layer_us = e.eager_layer_overhead_us * s.num_layers
+        return (
+            e.step_overhead_ms
+            + (per_layer_us + e.eager_mla_layer_overhead_us * s.mla_layers) * 1e-3
+        )
 
     def _link_rates(self) -> tuple[float, float, float]:
         """Bytes/s over NVLink (fitted fraction) and between nodes (assumed), and the fixed
@@ -384,15 +411,18 @@ class StepModel:
         c, m, comm, ov, _, _ = self._terms(0.0, float(decode_seqs), kv, 0.0, float(decode_seqs))
         return np.maximum(c, m) + comm + ov
 
-    def decode_line(self, decode_seqs: int) -> tuple[float, float, float, float, float]:
+    def decode_line(self, decode_seqs: int) -> tuple[float, float, float, float, float, float]:
         """Pure-decode step time as a function of KV tokens: both roofline terms
-        are linear in them, so a step takes ``max(c0 + c1*kv, m0 + m1*kv) + k``.
-        Returns (c0, c1, m0, m1, k); lets the simulator time long runs of
+        are linear in them, so a step takes ``max(c0 + c1*kv, m0 + m1*kv, floor) + k``
+        (``floor``: the eager dispatch time less ``k``; -inf with CUDA graphs).
+        Returns (c0, c1, m0, m1, k, floor); lets the simulator time long runs of
         decode steps without calling the full model per step."""
         d = float(decode_seqs)
-        c0, m0, comm, ov, _, _ = self._terms(0.0, d, 0.0, 0.0, d)
-        c1, m1, _, _, _, _ = self._terms(0.0, d, 1.0, 0.0, d)
-        return c0, c1 - c0, m0, m1 - m0, comm + ov
+        graphs = replace(self, enforce_eager=False)
+        c0, m0, comm, ov, _, _ = graphs._terms(0.0, d, 0.0, 0.0, d)
+        c1, m1, _, _, _, _ = graphs._terms(0.0, d, 1.0, 0.0, d)
+        floor = self.eager_floor_ms() - (comm + ov) if self.enforce_eager else -math.inf
+        return c0, c1 - c0, m0, m1 - m0, comm + ov, floor
 
     # ------------------------------------------------------------------ conveniences
 
@@ -613,6 +643,12 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         notes.append(
             "sliding-window layers counted as full attention in the step time (pessimistic)"
         )
+    if dep.enforce_eager:
+        notes.append(
+            "no CUDA graphs (--enforce-eager): a step lasts at least the host's dispatch of every "
+            "layer's kernels (data/efficiency.toml eager_layer_overhead_us)"
+        )
+    eager = dep.enforce_eager or _trtllm_eager(dep, arch, notes)
     return StepModel(
         shape=shape,
         hardware=hw,
@@ -622,12 +658,27 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         kv_capacity_tokens=int(cap["kv_cache_tokens"]),
         max_num_seqs=int(cap["max_num_seqs"]),
         max_num_batched_tokens=int(cap["max_num_batched_tokens"]),
-        enforce_eager=dep.enforce_eager,
+        enforce_eager=eager,
         notes=tuple(notes),
         max_model_len=cap["max_model_len"],
         prefill_first=_prefills_first(dep, arch, cap["max_model_len"]),
         reserves_whole_request=dep.engine == "trtllm",
     )
+
+
+def _trtllm_eager(dep: Deployment, arch: Any, notes: list[str]) -> bool:
+    """TensorRT-LLM releases that serve DeepSeek-style models without CUDA graphs by default
+    (engine_policy.trtllm_runs_eagerly), said in the notes."""
+    from .engine_policy import trtllm_runs_eagerly
+
+    if dep.engine != "trtllm" or not trtllm_runs_eagerly(dep.engine_version, arch):
+        return False
+    notes.append(
+        f"TensorRT-LLM {dep.engine_version} serves this model on its PyTorch backend with CUDA "
+        "graphs off by default (use_cuda_graph = False before 0.18): decode steps last at least "
+        "the host's eager dispatch of every layer"
+    )
+    return True
 
 
 def _generation_note(dep: Deployment, generation: str) -> str:

@@ -51,3 +51,17 @@ def test_a_dense_model_on_the_same_release_is_not_touched():
     llama = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
     old = StepModel.from_deployment(Deployment(**llama, engine_version="0.7.3"))
     assert "generation." not in old.efficiency.source
+
+
+def test_early_tensorrt_llm_serves_deepseek_without_cuda_graphs():
+    """TensorRT-LLM before 0.18 ran DeepSeek on its PyTorch backend with use_cuda_graph off
+    by default: the step model is eager (a decode floor of the host's dispatch) and says so;
+    1.x and dense models on the same release keep graphs."""
+    early = StepModel.from_deployment(Deployment(**R1, engine="trtllm", engine_version="0.17"))
+    current = StepModel.from_deployment(Deployment(**R1, engine="trtllm", engine_version="1.0"))
+    assert early.enforce_eager and not current.enforce_eager
+    assert any("use_cuda_graph" in n for n in early.notes)
+    assert early.decode_ms(4, 3500) >= early.eager_floor_ms() > 2 * current.decode_ms(4, 3500)
+    llama = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
+    dense = StepModel.from_deployment(Deployment(**llama, engine="trtllm", engine_version="0.17"))
+    assert not dense.enforce_eager
