@@ -180,7 +180,7 @@ class _StepLoop:
         "decoding", "sum_ctx_base", "prefilling", "order", "waiting", "reserved",
         "kv_used", "lines", "itl_chunks", "itl_counts", "t", "arr_i", "steps",
         "preempt", "rejected", "decode_batch_sum", "max_running", "peak_kv", "finished",
-        "as_array", "skip", "adj", "frontend_ms", "stall_ms",
+        "as_array", "skip", "adj", "frontend_ms", "stall_ms", "watermark",
     )  # fmt: skip
 
     def __init__(
@@ -202,6 +202,7 @@ class _StepLoop:
         arrivals = [a + frontend_ms for a in arrivals]
         self.model = model
         self.cap = int(model.kv_capacity_tokens)
+        self.watermark = int(model.admission_watermark_tokens)
         self.max_seqs = int(model.max_num_seqs)
         self.budget_cap = int(model.max_num_batched_tokens)
         self.n, self.prompt, self.outl, self.arrivals = n, prompt, outl, arrivals
@@ -346,8 +347,8 @@ class _StepLoop:
                 self.rejected += 1
                 self._release_next(self.t)
                 continue
-            if self.kv_used + self.reserved + d + need + held > cap:  # this step's decodes too
-                break
+            if self.kv_used + self.reserved + d + need + held + self.watermark > cap:
+                break  # this step's decodes need room too, and the engine keeps its watermark
             waiting.popleft()
             to_prefill[i] = need
             self.reserved += need

@@ -255,6 +255,10 @@ class StepModel:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     enforce_eager: bool = False
+    admission_watermark_tokens: int = 0
+    """KV tokens the scheduler keeps free when it admits a new or preempted request: vLLM V0's
+    block manager admits only while 1 % of the blocks stay free (``watermark=0.01``), so a
+    preempted request is not re-admitted the very next step, only once that much is free."""
     notes: tuple[str, ...] = field(default=())
     """Assumptions made while building the model (shown to the user)."""
     max_model_len: int | None = None
@@ -659,11 +663,25 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         max_num_seqs=int(cap["max_num_seqs"]),
         max_num_batched_tokens=int(cap["max_num_batched_tokens"]),
         enforce_eager=eager,
+        admission_watermark_tokens=_admission_watermark(dep, int(cap["kv_cache_tokens"])),
         notes=tuple(notes),
         max_model_len=cap["max_model_len"],
         prefill_first=_prefills_first(dep, arch, cap["max_model_len"]),
         reserves_whole_request=dep.engine == "trtllm",
     )
+
+
+V0_WATERMARK = 0.01
+"""vLLM V0's BlockSpaceManager default: admit while this share of the GPU blocks stays free."""
+
+
+def _admission_watermark(dep: Deployment, kv_tokens: int) -> int:
+    """The free KV the scheduler keeps when admitting (vLLM V0's watermark; 0 elsewhere)."""
+    if dep.engine != "vllm":
+        return 0
+    from .engine_policy import vllm_rules
+
+    return 0 if vllm_rules(dep.engine_version).v1 else int(V0_WATERMARK * kv_tokens)
 
 
 def _trtllm_eager(dep: Deployment, arch: Any, notes: list[str]) -> bool:

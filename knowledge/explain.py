@@ -117,7 +117,9 @@ def _predict(dep: dict[str, Any], point: Any, applied: Any) -> Any:
         load["concurrency"] = point.concurrency
     elif point.request_rate is not None:
         load["request_rate"] = point.request_rate
-    n = min(4000, max(point.num_requests, 3 * (point.concurrency or 1) + 6))
+    # as many requests as the run had, every one counted (the run's own statistics cover its
+    # opening wave too): predict reports a given count as the whole run
+    n = min(4000, max(1, point.num_requests))
     req = PredictRequest(
         **dep,
         **load,

@@ -65,3 +65,12 @@ def test_early_tensorrt_llm_serves_deepseek_without_cuda_graphs():
     llama = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
     dense = StepModel.from_deployment(Deployment(**llama, engine="trtllm", engine_version="0.17"))
     assert not dense.enforce_eager
+
+
+def test_vllm_v0_keeps_its_block_managers_watermark_and_v1_none():
+    """vLLM V0 (before 0.8) admits while 1 % of the KV cache stays free; V1 and the other
+    engines keep no such watermark in the simulation."""
+    v0 = StepModel.from_deployment(Deployment(**R1, engine_version="0.7.4"))
+    v1 = StepModel.from_deployment(Deployment(**R1, engine_version="0.11.0"))
+    assert v0.admission_watermark_tokens == int(0.01 * v0.kv_capacity_tokens) > 0
+    assert v1.admission_watermark_tokens == 0

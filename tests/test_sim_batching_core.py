@@ -86,6 +86,20 @@ def test_kv_exhaustion_preempts_and_still_completes_every_request():
     assert np.all(res.e2e_ms >= res.ttft_ms)
 
 
+def test_an_admission_watermark_stops_the_preempt_readmit_ping_pong():
+    """vLLM V0 (prefill-first) admits a request only while 1 % of the KV blocks stay free: a
+    request preempted for room is not re-admitted the next step, so the same KV-bound load
+    preempts far less (and still completes). Without a watermark a victim is back, its prompt
+    recomputed, as soon as its prompt fits, and preempted again a step later."""
+    inp, out = np.full(200, 3000), np.full(200, 3000)
+    v0 = {"kv_capacity_tokens": 100_000, "prefill_first": True, "max_num_batched_tokens": 32768}
+    bare = simulate(model(**v0), inp, out, concurrency=64)
+    kept = simulate(model(**v0, admission_watermark_tokens=1_000), inp, out, concurrency=64)
+    assert kept.completed == bare.completed == 200
+    assert kept.preemptions < bare.preemptions / 5
+    assert kept.output_tokens.sum() / kept.duration_ms > bare.output_tokens.sum() / bare.duration_ms
+
+
 def test_a_prompt_larger_than_the_whole_cache_is_rejected_not_hung():
     m = model(kv_capacity_tokens=1_000)
     res = simulate(m, [5000, 100], [10, 10])

@@ -66,11 +66,11 @@ def test_itl_rises_and_per_request_speed_falls_as_slots_fill(sweep: dict[str, An
     itl = {c: p[c].summary.itl_ms.mean for c in SWEEP}
     # per-request generation speed: tokens per second one user sees, 1000 / TPOT
     speed = {c: 1000.0 / _p50(p[c], "tpot_ms") for c in SWEEP}
-    assert itl[2] > itl[1], itl
-    # from 2 to 4 slots a step on two busy cores grows by less than the run-to-run noise
-    # (17.4 vs 16.9 ms seen on the unchanged code, 1 run in 6): a 10 % allowance, while
-    # the rise over the whole range stays required
-    assert itl[4] > 0.9 * itl[2], itl
+    # a shared step is slower than one sequence alone, at 2 slots and at 4; 2 and 4 are not
+    # ordered: llama.cpp's CPU matrix kernels make a two-sequence step cost about what a
+    # four-sequence one does (ITL 15-24 ms at 2, 14-23 ms at 4 seen, see test_engine_calibrate;
+    # 13.8 at 2 vs 12.1 at 4 in one CI run), so requiring 4 >= 2 tested noise, not batching
+    assert itl[2] > 1.15 * itl[1], itl
     assert itl[4] > 1.3 * itl[1], itl
     # per-request speed falls once slots are shared; between 2 and 4 slots on two cores the
     # step grows by less than the noise (58 vs 48 tokens/s seen inverted), so only the
