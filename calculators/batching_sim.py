@@ -266,9 +266,10 @@ class _StepLoop:
                 if not self._jump_to_next_arrival():
                     break
                 continue
-            if decoding and self.kv_used + self.reserved + len(decoding) > cap:
+            preempted = decoding and self.kv_used + self.reserved + len(decoding) > cap
+            if preempted:
                 preempt()
-            chunks = schedule()
+            chunks = schedule(admit=not (preempted and self.model.no_admission_after_preemption))
             if chunks:
                 mixed_step(chunks)
             elif decoding:
@@ -323,9 +324,9 @@ class _StepLoop:
             self.computed[victim] = 0
             self.waiting.appendleft(victim)
 
-    def _schedule_chunks(self) -> list[tuple[int, int]]:
-        """This step's prefill chunks: running prompts first, then FIFO admissions while
-        the sequence limit, the token budget and the KV cache allow."""
+    def _schedule_chunks(self, admit: bool = True) -> list[tuple[int, int]]:
+        """This step's prefill chunks: running prompts first, then (if `admit`) FIFO
+        admissions while the sequence limit, the token budget and the KV cache allow."""
         to_prefill = self.to_prefill
         d = len(self.decoding)
         # mixed steps share the token budget with the decodes; prefill-only steps have it all
@@ -338,7 +339,7 @@ class _StepLoop:
             chunks.append((i, c))
             budget -= c
         waiting, order, cap = self.waiting, self.order, self.cap
-        while waiting and len(order) < self.max_seqs and budget > 0:
+        while admit and waiting and len(order) < self.max_seqs and budget > 0:
             i = waiting[0]
             need = to_prefill[i] or self.prompt[i] - self.skip[i]
             held = self.skip[i] + self.adj[i]  # cached KV this request holds itself

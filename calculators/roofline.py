@@ -259,6 +259,10 @@ class StepModel:
     """KV tokens the scheduler keeps free when it admits a new or preempted request: vLLM V0's
     block manager admits only while 1 % of the blocks stay free (``watermark=0.01``), so a
     preempted request is not re-admitted the very next step, only once that much is free."""
+    no_admission_after_preemption: bool = False
+    """vLLM V1's scheduler admits no waiting request in a step that had to preempt a running
+    one (``if not preempted_reqs:`` before its waiting loop): a step short of KV starts
+    nothing new, so a victim is not taken back in at once."""
     notes: tuple[str, ...] = field(default=())
     """Assumptions made while building the model (shown to the user)."""
     max_model_len: int | None = None
@@ -664,6 +668,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         max_num_batched_tokens=int(cap["max_num_batched_tokens"]),
         enforce_eager=eager,
         admission_watermark_tokens=_admission_watermark(dep, int(cap["kv_cache_tokens"])),
+        no_admission_after_preemption=_is_vllm_v1(dep),
         notes=tuple(notes),
         max_model_len=cap["max_model_len"],
         prefill_first=_prefills_first(dep, arch, cap["max_model_len"]),
@@ -675,13 +680,17 @@ V0_WATERMARK = 0.01
 """vLLM V0's BlockSpaceManager default: admit while this share of the GPU blocks stays free."""
 
 
-def _admission_watermark(dep: Deployment, kv_tokens: int) -> int:
-    """The free KV the scheduler keeps when admitting (vLLM V0's watermark; 0 elsewhere)."""
-    if dep.engine != "vllm":
-        return 0
+def _is_vllm_v1(dep: Deployment) -> bool:
     from .engine_policy import vllm_rules
 
-    return 0 if vllm_rules(dep.engine_version).v1 else int(V0_WATERMARK * kv_tokens)
+    return dep.engine == "vllm" and vllm_rules(dep.engine_version).v1
+
+
+def _admission_watermark(dep: Deployment, kv_tokens: int) -> int:
+    """The free KV the scheduler keeps when admitting (vLLM V0's watermark; 0 elsewhere)."""
+    if dep.engine != "vllm" or _is_vllm_v1(dep):
+        return 0
+    return int(V0_WATERMARK * kv_tokens)
 
 
 def _trtllm_eager(dep: Deployment, arch: Any, notes: list[str]) -> bool:

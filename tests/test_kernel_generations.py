@@ -67,10 +67,12 @@ def test_early_tensorrt_llm_serves_deepseek_without_cuda_graphs():
     assert not dense.enforce_eager
 
 
-def test_vllm_v0_keeps_its_block_managers_watermark_and_v1_none():
-    """vLLM V0 (before 0.8) admits while 1 % of the KV cache stays free; V1 and the other
-    engines keep no such watermark in the simulation."""
+def test_vllm_v0_keeps_its_block_managers_watermark_and_v1_skips_admission_on_preemption():
+    """vLLM V0 (before 0.8) admits while 1 % of the KV cache stays free; V1 keeps no
+    watermark but admits nothing in a step that had to preempt."""
     v0 = StepModel.from_deployment(Deployment(**R1, engine_version="0.7.4"))
     v1 = StepModel.from_deployment(Deployment(**R1, engine_version="0.11.0"))
     assert v0.admission_watermark_tokens == int(0.01 * v0.kv_capacity_tokens) > 0
     assert v1.admission_watermark_tokens == 0
+    # V1 instead starts nothing new in a step that preempted; V0 schedules prefills first
+    assert v1.no_admission_after_preemption and not v0.no_admission_after_preemption

@@ -100,6 +100,31 @@ def test_an_admission_watermark_stops_the_preempt_readmit_ping_pong():
     assert kept.output_tokens.sum() / kept.duration_ms > bare.output_tokens.sum() / bare.duration_ms
 
 
+def test_a_step_that_preempts_admits_nothing_new_under_vllm_v1():
+    """vLLM V1 skips its waiting queue in a step that had to preempt: no request is admitted
+    in such a step (the victim waits at least one step), and every request still completes."""
+    from inferwise.calculators.batching_sim import _StepLoop
+
+    class Watched(_StepLoop):
+        admitted_while_preempting = 0
+        preempting_steps = 0
+
+        def _schedule_chunks(self, admit: bool = True):
+            before = len(self.order)
+            chunks = super()._schedule_chunks(admit)
+            if not admit:
+                self.preempting_steps += 1
+                self.admitted_while_preempting += len(self.order) - before
+            return chunks
+
+    inp, out = [3000] * 300, [3000] * 300
+    m = model(kv_capacity_tokens=100_000, no_admission_after_preemption=True)
+    loop = Watched(m, inp, out, [0.0] * 64, True)
+    loop.run(2_000_000)
+    assert loop.preempt > 0 and loop.preempting_steps > 0 and loop.finished == 300
+    assert loop.admitted_while_preempting == 0
+
+
 def test_a_prompt_larger_than_the_whole_cache_is_rejected_not_hung():
     m = model(kv_capacity_tokens=1_000)
     res = simulate(m, [5000, 100], [10, 10])
