@@ -180,7 +180,8 @@ class _StepLoop:
         "decoding", "sum_ctx_base", "prefilling", "order", "waiting", "reserved",
         "kv_used", "lines", "itl_chunks", "itl_counts", "t", "arr_i", "steps",
         "preempt", "rejected", "decode_batch_sum", "max_running", "peak_kv", "finished",
-        "as_array", "skip", "adj", "frontend_ms", "stall_ms", "watermark",
+        "as_array", "skip", "adj", "frontend_ms", "stall_ms", "watermark", "gen_base",
+        "preempted_at",
     )  # fmt: skip
 
     def __init__(
@@ -215,6 +216,8 @@ class _StepLoop:
         self.to_prefill = [0] * n  # prompt tokens still to compute (grows after preemption)
         self.generated = [0] * n
         self.ctx_base = [0] * n
+        self.gen_base = [0] * n  # decoding: tokens generated at tick t = gen_base + t
+        self.preempted_at: dict[int, float] = {}  # decoding victims: when they stopped
         self.version = [0] * n  # bumped on preemption: stale decode_heap entries are dropped
         self.tick = 0
         self.decode_heap: list[tuple[int, int, int]] = []  # (finish_tick, version, id)
@@ -310,6 +313,10 @@ class _StepLoop:
             self.preempt += 1
             if victim in decoding:
                 ctx = self.ctx_base[victim] + self.tick
+                # the tokens it has generated stay generated: after the recompute it
+                # continues from there, it does not start its output over
+                self.generated[victim] = self.gen_base[victim] + self.tick
+                self.preempted_at[victim] = self.t
                 decoding.discard(victim)
                 self.version[victim] += 1
                 self.sum_ctx_base -= self.ctx_base[victim]
@@ -474,6 +481,9 @@ class _StepLoop:
         self.prefilling.remove(i)
         if self.first_t[i] != self.first_t[i]:
             self.first_t[i] = self.t
+        elif i in self.preempted_at:  # resumed: its next token came a whole recompute later
+            self.itl_chunks.append(self.as_array((self.t - self.preempted_at.pop(i),)))
+            self.itl_counts.append(1)
         self.generated[i] += 1
         ctx = self.computed[i] + self.skip[i]
         self.computed[i] = 0
@@ -482,6 +492,7 @@ class _StepLoop:
             self._finish(i, self.t)
             return
         self.ctx_base[i] = ctx - self.tick
+        self.gen_base[i] = self.generated[i] - self.tick
         self.sum_ctx_base += self.ctx_base[i]
         self.version[i] += 1
         finish_tick = self.tick + (self.outl[i] - self.generated[i])

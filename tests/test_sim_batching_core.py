@@ -100,6 +100,19 @@ def test_an_admission_watermark_stops_the_preempt_readmit_ping_pong():
     assert kept.output_tokens.sum() / kept.duration_ms > bare.output_tokens.sum() / bare.duration_ms
 
 
+def test_a_preempted_request_continues_its_output_and_its_wait_is_one_gap():
+    """Recompute preemption re-runs the prompt and the tokens generated so far, then the
+    request goes on from there: the token gaps of the run add up to exactly the requested
+    outputs (one gap per token after the first), the resumed token's gap spanning the
+    recompute, however often requests were preempted."""
+    inp, out = np.full(200, 3000), np.full(200, 3000)
+    m = model(kv_capacity_tokens=100_000, prefill_first=True, max_num_batched_tokens=32768)
+    res = simulate(m, inp, out, concurrency=64)
+    assert res.preemptions > 1000 and res.completed == 200
+    assert np.sum(res.itl_weights) == np.sum(out - 1)
+    assert np.max(res.itl_values) > 10 * np.median(res.itl_values)  # the recompute stalls
+
+
 def test_a_step_that_preempts_admits_nothing_new_under_vllm_v1():
     """vLLM V1 skips its waiting queue in a step that had to preempt: no request is admitted
     in such a step (the victim waits at least one step), and every request still completes."""
