@@ -94,6 +94,17 @@ def _isnan(a: Any) -> Any:
     return np.isnan(a)
 
 
+SGLANG_INIT_NEW_TOKEN_RATIO = 0.7
+"""SGLang's scheduler defaults (environ.py: SGLANG_INIT_NEW_TOKEN_RATIO 0.7,
+SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600,
+SGLANG_RETRACT_DECODE_STEPS 20): it admits a prompt only while the KV cache also holds this
+share of every running request's remaining output, decays the share to its floor over 600
+steps, and raises it again when a decode runs out of memory and requests are retracted."""
+SGLANG_MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
+SGLANG_RATIO_DECAY = (SGLANG_INIT_NEW_TOKEN_RATIO - SGLANG_MIN_NEW_TOKEN_RATIO) / 600
+SGLANG_RETRACT_DECODE_STEPS = 20
+
+
 def simulate(
     model: StepModel,
     input_tokens: Any,
@@ -181,7 +192,7 @@ class _StepLoop:
         "kv_used", "lines", "itl_chunks", "itl_counts", "t", "arr_i", "steps",
         "preempt", "rejected", "decode_batch_sum", "max_running", "peak_kv", "finished",
         "as_array", "skip", "adj", "frontend_ms", "stall_ms", "watermark", "gen_base",
-        "preempted_at",
+        "preempted_at", "ratio", "fin_tick", "sum_finish", "sum_out_dec", "sum_pre_left",
     )  # fmt: skip
 
     def __init__(
@@ -218,6 +229,12 @@ class _StepLoop:
         self.ctx_base = [0] * n
         self.gen_base = [0] * n  # decoding: tokens generated at tick t = gen_base + t
         self.preempted_at: dict[int, float] = {}  # decoding victims: when they stopped
+        # SGLang's admission reserves new_token_ratio x the running requests' remaining outputs
+        # (StepModel.reserves_future_tokens): the ratio, and the sums it is applied to
+        self.ratio = SGLANG_INIT_NEW_TOKEN_RATIO if model.reserves_future_tokens else 0.0
+        self.fin_tick = [0] * n  # decoding: the tick of its last token
+        self.sum_finish = self.sum_out_dec = 0  # over decoding: finish ticks, output lengths
+        self.sum_pre_left = 0  # over prefilling: outputs still to generate
         self.version = [0] * n  # bumped on preemption: stale decode_heap entries are dropped
         self.tick = 0
         self.decode_heap: list[tuple[int, int, int]] = []  # (finish_tick, version, id)
@@ -266,6 +283,8 @@ class _StepLoop:
             if self.arr_i < len(arrivals) and arrivals[self.arr_i] <= self.t:
                 self._queue_arrivals()
             if not order and not waiting:
+                if self.ratio:  # an idle server starts its estimate over
+                    self.ratio = SGLANG_INIT_NEW_TOKEN_RATIO
                 if not self._jump_to_next_arrival():
                     break
                 continue
@@ -306,7 +325,8 @@ class _StepLoop:
         self._release_next(now)
 
     def _preempt_until_decodes_fit(self) -> None:
-        """Recompute-preempt the newest requests until every decode fits its next token."""
+        """Recompute-preempt the newest requests until every decode fits its next token
+        (SGLang then raises its new-token ratio to what the remaining batch has shown)."""
         order, decoding = self.order, self.decoding
         while decoding and self.kv_used + self.reserved + len(decoding) > self.cap and order:
             victim = order.pop()
@@ -317,6 +337,8 @@ class _StepLoop:
                 # continues from there, it does not start its output over
                 self.generated[victim] = self.gen_base[victim] + self.tick
                 self.preempted_at[victim] = self.t
+                self.sum_finish -= self.fin_tick[victim]
+                self.sum_out_dec -= self.outl[victim]
                 decoding.discard(victim)
                 self.version[victim] += 1
                 self.sum_ctx_base -= self.ctx_base[victim]
@@ -325,11 +347,27 @@ class _StepLoop:
                 self.to_prefill[victim] = ctx - self.skip[victim]
             else:
                 self.prefilling.remove(victim)
+                self.sum_pre_left -= self.outl[victim] - self.generated[victim]
                 self.kv_used -= self.computed[victim] + self.skip[victim] + self.adj[victim]
                 self.reserved -= self.to_prefill[victim]
                 self.to_prefill[victim] += self.computed[victim]
             self.computed[victim] = 0
             self.waiting.appendleft(victim)
+        if self.ratio and decoding:
+            self._raise_ratio()
+
+    def _raise_ratio(self) -> None:
+        """SGLang's retract: the new-token ratio becomes (tokens the remaining decodes have
+        generated + RETRACT_DECODE_STEPS each) / their output lengths, at most 1."""
+        d = len(self.decoding)
+        left = self.sum_finish - d * self.tick
+        decoded = self.sum_out_dec - left
+        estimate = (decoded + SGLANG_RETRACT_DECODE_STEPS * d) / max(1, self.sum_out_dec)
+        self.ratio = min(1.0, max(SGLANG_MIN_NEW_TOKEN_RATIO, estimate))
+
+    def _future_tokens(self, d: int) -> float:
+        """KV the running requests are expected to still need (SGLang's reservation)."""
+        return self.ratio * (self.sum_finish - d * self.tick + self.sum_pre_left)
 
     def _schedule_chunks(self, admit: bool = True) -> list[tuple[int, int]]:
         """This step's prefill chunks: running prompts first, then (if `admit`) FIFO
@@ -346,6 +384,7 @@ class _StepLoop:
             chunks.append((i, c))
             budget -= c
         waiting, order, cap = self.waiting, self.order, self.cap
+        future = self._future_tokens(d) if self.ratio else 0.0
         while admit and waiting and len(order) < self.max_seqs and budget > 0:
             i = waiting[0]
             need = to_prefill[i] or self.prompt[i] - self.skip[i]
@@ -355,9 +394,13 @@ class _StepLoop:
                 self.rejected += 1
                 self._release_next(self.t)
                 continue
-            if self.kv_used + self.reserved + d + need + held + self.watermark > cap:
-                break  # this step's decodes need room too, and the engine keeps its watermark
+            left = self.outl[i] - self.generated[i]
+            reserve = self.watermark + future + self.ratio * left
+            if self.kv_used + self.reserved + d + need + held + reserve > cap:
+                break  # this step's decodes need room, and the engine keeps its reserve
             waiting.popleft()
+            future += self.ratio * left
+            self.sum_pre_left += left
             to_prefill[i] = need
             self.reserved += need
             self.kv_used += held
@@ -386,6 +429,8 @@ class _StepLoop:
         kv0 = self.sum_ctx_base + d * self.tick
         times, self.t = _decode_block(line, self.t, kv0, d, k, limit)
         k = len(times)
+        if self.ratio:
+            self.ratio = max(SGLANG_MIN_NEW_TOKEN_RATIO, self.ratio - k * SGLANG_RATIO_DECAY)
         self._record_itl(times, d)
         self.decode_batch_sum += d * k
         self.steps += k
@@ -442,6 +487,8 @@ class _StepLoop:
         )
         self.t += dt
         self.steps += 1
+        if self.ratio:
+            self.ratio = max(SGLANG_MIN_NEW_TOKEN_RATIO, self.ratio - SGLANG_RATIO_DECAY)
         if prefill_only:
             self._prefill_only_done(dt, p_tokens, completing)
             return
@@ -479,6 +526,7 @@ class _StepLoop:
     def _start_decoding(self, i: int) -> None:
         """A prompt just completed and emitted its first token: finish it or decode on."""
         self.prefilling.remove(i)
+        self.sum_pre_left -= self.outl[i] - self.generated[i]
         if self.first_t[i] != self.first_t[i]:
             self.first_t[i] = self.t
         elif i in self.preempted_at:  # resumed: its next token came a whole recompute later
@@ -496,6 +544,9 @@ class _StepLoop:
         self.sum_ctx_base += self.ctx_base[i]
         self.version[i] += 1
         finish_tick = self.tick + (self.outl[i] - self.generated[i])
+        self.fin_tick[i] = finish_tick
+        self.sum_finish += finish_tick
+        self.sum_out_dec += self.outl[i]
         heapq.heappush(self.decode_heap, (finish_tick, self.version[i], i))
         self.decoding.add(i)
 
@@ -507,6 +558,8 @@ class _StepLoop:
             _, ver, i = heapq.heappop(heap)
             if i in decoding and self.version[i] == ver:
                 decoding.discard(i)
+                self.sum_finish -= self.fin_tick[i]
+                self.sum_out_dec -= self.outl[i]
                 self.sum_ctx_base -= self.ctx_base[i]
                 self.kv_used -= self.ctx_base[i] + tick + self.adj[i]
                 self.generated[i] = self.outl[i]

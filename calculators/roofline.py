@@ -259,6 +259,10 @@ class StepModel:
     """KV tokens the scheduler keeps free when it admits a new or preempted request: vLLM V0's
     block manager admits only while 1 % of the blocks stay free (``watermark=0.01``), so a
     preempted request is not re-admitted the very next step, only once that much is free."""
+    reserves_future_tokens: bool = False
+    """SGLang's admission: a prompt is admitted only while the KV cache also holds a share
+    (new_token_ratio) of every running request's remaining output, so KV pressure queues new
+    requests instead of thrashing the running ones (batching_sim.SGLANG_INIT_NEW_TOKEN_RATIO)."""
     no_admission_after_preemption: bool = False
     """vLLM V1's scheduler admits no waiting request in a step that had to preempt a running
     one (``if not preempted_reqs:`` before its waiting loop): a step short of KV starts
@@ -669,6 +673,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         enforce_eager=eager,
         admission_watermark_tokens=_admission_watermark(dep, int(cap["kv_cache_tokens"])),
         no_admission_after_preemption=_is_vllm_v1(dep),
+        reserves_future_tokens=dep.engine == "sglang",
         notes=tuple(notes),
         max_model_len=cap["max_model_len"],
         prefill_first=_prefills_first(dep, arch, cap["max_model_len"]),

@@ -76,3 +76,10 @@ def test_vllm_v0_keeps_its_block_managers_watermark_and_v1_skips_admission_on_pr
     assert v1.admission_watermark_tokens == 0
     # V1 instead starts nothing new in a step that preempted; V0 schedules prefills first
     assert v1.no_admission_after_preemption and not v0.no_admission_after_preemption
+
+
+def test_only_sglang_reserves_the_running_requests_outputs():
+    """SGLang's new-token-ratio admission is SGLang's; vLLM and TensorRT-LLM have their own."""
+    assert StepModel.from_deployment(Deployment(**R1, engine="sglang")).reserves_future_tokens
+    for engine in ("vllm", "trtllm"):
+        assert not StepModel.from_deployment(Deployment(**R1, engine=engine)).reserves_future_tokens
