@@ -174,8 +174,10 @@ class _StepLoop:
     """The engine's state between steps, and the steps of the scheduler.
 
     One engine step is: queue the arrivals, preempt until every decode fits its next
-    token, choose the prefill chunks (running prompts first, then admissions), then run
-    either a block of pure-decode steps or one mixed step. The state is plain lists
+    token, choose the prefill chunks (running prompts first, then admissions under the
+    engine's rule: vLLM V1 none in a step that preempted, V0 above its watermark, SGLang
+    above its new-token reserve), then run either a block of pure-decode steps or one
+    mixed step. A preempted request is recomputed and continues its output. The state is plain lists
     indexed by request id (``__slots__``, no per-request objects): this loop is the hot
     path of every prediction and of the recommender's search.
 
