@@ -177,9 +177,9 @@ class _StepLoop:
     token, choose the prefill chunks (running prompts first, then admissions under the
     engine's rule: vLLM V1 none in a step that preempted, V0 above its watermark, SGLang
     above its new-token reserve), then run either a block of pure-decode steps or one
-    mixed step. A preempted request is recomputed and continues its output. The state is plain lists
-    indexed by request id (``__slots__``, no per-request objects): this loop is the hot
-    path of every prediction and of the recommender's search.
+    mixed step. A preempted request is recomputed and continues its output. The state is
+    plain lists indexed by request id (``__slots__``, no per-request objects): this loop is
+    the hot path of every prediction and of the recommender's search.
 
     Decoding requests are not stepped one by one: a request that starts decoding at
     tick ``t0`` with ``ctx`` tokens has ``ctx_base = ctx - t0``, so its context at any
