@@ -293,11 +293,14 @@ class _StepLoop:
             preempted = decoding and self.kv_used + self.reserved + len(decoding) > cap
             if preempted:
                 preempt()
-            chunks = schedule(admit=not (preempted and self.model.no_admission_after_preemption))
+            admit = not (preempted and self.model.no_admission_after_preemption)
+            chunks = schedule(admit)
             if chunks:
                 mixed_step(chunks)
             elif decoding:
                 decode_block()
+            elif not admit:
+                continue  # everything was preempted: the next step admits again
             elif not self._jump_to_next_arrival():
                 break  # nothing can run and nothing will arrive
 
@@ -397,7 +400,9 @@ class _StepLoop:
                 self._release_next(self.t)
                 continue
             left = self.outl[i] - self.generated[i]
-            reserve = self.watermark + future + self.ratio * left
+            # the engine's reserve protects running requests; an idle engine takes any prompt
+            # that fits (else one whose prompt fits but not beside the reserve waits forever)
+            reserve = self.watermark + future + self.ratio * left if order else 0.0
             if self.kv_used + self.reserved + d + need + held + reserve > cap:
                 break  # this step's decodes need room, and the engine keeps its reserve
             waiting.popleft()
