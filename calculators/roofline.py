@@ -276,6 +276,12 @@ class StepModel:
     steps of their own, up to the chunk budget, while the running decodes wait; decodes step only
     when nothing can be prefilled. vLLM V1 and TensorRT-LLM run both in one step. With equal
     lengths this keeps a closed loop in lockstep waves (a wave's decodes start on one step)."""
+    prefill_eager: bool = False
+    """Steps that carry prompt tokens run without CUDA graphs even where decode steps replay
+    them: SGLang captures graphs for decode batches only (extend steps run eagerly unless
+    ``--enable-piecewise-cuda-graph``), and vLLM's V0 engine for decode-only steps. Such a step
+    lasts at least the host's dispatch of every layer (:meth:`eager_floor_ms`), which is what
+    a short prompt's TTFT shows on a large model; a long prefill hides it behind the GPU work."""
     reserves_whole_request: bool = False
     """Admission as TensorRT-LLM's GUARANTEED_NO_EVICT: a request starts only when its whole
     input + output fits in the KV cache, so nothing is preempted (vLLM and SGLang admit on
@@ -328,10 +334,21 @@ class StepModel:
         overhead_ms = overhead + layers_ms + e.per_seq_overhead_ms * sampled
         if e.attn_seq_overhead_us:
             overhead_ms = overhead_ms + e.attn_seq_overhead_us * 1e-3 * decode_seqs * s.num_layers
-        if self.enforce_eager:  # the GPU waits for the host: the step lasts the dispatch at least
+        eager = self._runs_eager(prefill_tokens)
+        if eager is not False:  # the GPU waits for the host: the step lasts the dispatch at least
             gpu_ms = _maximum(compute_ms, memory_ms) + comm_ms + overhead_ms
-            overhead_ms = overhead_ms + _maximum(0.0 * gpu_ms, self.eager_floor_ms() - gpu_ms)
+            wait_ms = _maximum(0.0 * gpu_ms, self.eager_floor_ms() - gpu_ms)
+            overhead_ms = overhead_ms + wait_ms * eager
         return compute_ms, memory_ms, comm_ms, overhead_ms, flops, nbytes
+
+    def _runs_eager(self, prefill_tokens: Any) -> Any:
+        """Whether a step runs without CUDA graphs: every step in eager mode, a step with
+        prompt tokens where only decode is captured (1/0 per step for arrays; False: none)."""
+        if self.enforce_eager:
+            return 1.0
+        if not self.prefill_eager:
+            return False
+        return (prefill_tokens > 0) * 1.0
 
     def eager_floor_ms(self) -> float:
         """The host's time to dispatch one step without CUDA graphs: the scheduler's share
@@ -661,6 +678,13 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
             "layer's kernels (data/efficiency.toml eager_layer_overhead_us)"
         )
     eager = dep.enforce_eager or _trtllm_eager(dep, arch, notes)
+    prefill_eager = not eager and _prefill_runs_eager(dep)
+    if prefill_eager:
+        notes.append(
+            f"{dep.engine} runs prompt (prefill) steps without CUDA graphs: such a step lasts at "
+            "least the host's dispatch of every layer (data/efficiency.toml "
+            "eager_layer_overhead_us), which bounds a short prompt's TTFT from below"
+        )
     return StepModel(
         shape=shape,
         hardware=hw,
@@ -671,6 +695,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         max_num_seqs=int(cap["max_num_seqs"]),
         max_num_batched_tokens=int(cap["max_num_batched_tokens"]),
         enforce_eager=eager,
+        prefill_eager=prefill_eager,
         admission_watermark_tokens=_admission_watermark(dep, int(cap["kv_cache_tokens"])),
         no_admission_after_preemption=_is_vllm_v1(dep),
         reserves_future_tokens=dep.engine == "sglang",
@@ -689,6 +714,16 @@ def _is_vllm_v1(dep: Deployment) -> bool:
     from .engine_policy import vllm_rules
 
     return dep.engine == "vllm" and vllm_rules(dep.engine_version).v1
+
+
+def _prefill_runs_eager(dep: Deployment) -> bool:
+    """SGLang captures CUDA graphs for decode batches only (its piecewise prefill graphs are
+    opt-in, ``--enable-piecewise-cuda-graph``); vLLM's V0 engine for decode-only steps. vLLM
+    V1 replays piecewise graphs around attention for mixed steps and TensorRT-LLM launches
+    from C++: neither pays Python's per-kernel dispatch on a prompt step."""
+    if dep.engine == "sglang":
+        return True
+    return dep.engine == "vllm" and not _is_vllm_v1(dep)
 
 
 def _admission_watermark(dep: Deployment, kv_tokens: int) -> int:

@@ -43,6 +43,10 @@ MIN_VALUES = 2
 SENSITIVITY_FLOOR = 0.01
 """A factor whose 28 % change moves the residuals by less than 1 % on average is not identified."""
 COLLINEARITY_FLOOR = 0.1
+MIN_LOADS_PER_SEQ = 3
+"""A per-sequence cost is a third shape of ITL over the batch beside the per-step cost
+(flat) and the rates (weights, experts touched, KV read): two loads fix a line through
+two ITLs, which both of the others already draw."""
 
 
 @dataclass(frozen=True)
@@ -316,35 +320,50 @@ def probe_value(prob: _Problem, f: Factor, value: float) -> float:
 def identifiable(
     prob: _Problem, base: dict[str, float], r0: Any
 ) -> tuple[list[str], dict[str, str]]:
-    """The factors the points can fix, in order of how well; the others and why not."""
+    """The factors the points can fix and the others, with why not.
+
+    Factors are taken in FACTORS order, rates before fixed costs: a factor joins when the
+    points depend on it and its effect is not (nearly) a combination of those already
+    chosen. Two points that a bandwidth fraction and a per-sequence cost explain equally
+    well keep the rate, whose shape over the batch (experts touched, KV read) is the
+    engine's; a per-sequence cost would extrapolate the same two points linearly."""
     import numpy as np
-    from scipy.linalg import qr
 
     cols = _sensitivities(prob, base, r0)
     n = max(1, len(r0))
+    loads = len({p.load_label for p in prob.points})
     held: dict[str, str] = {}
-    moving = []
-    for f in FACTORS:
-        norm = float(np.linalg.norm(cols[f.name])) / math.sqrt(n)
-        if norm < SENSITIVITY_FLOOR:
-            held[f.name] = f"the points do not depend on it ({f.why})"
-        else:
-            moving.append(f.name)
-    if not moving:
-        return [], held
-    mat = np.column_stack([cols[m] / np.linalg.norm(cols[m]) for m in moving])
-    _, r, piv = qr(mat, pivoting=True, mode="economic")
-    diag = np.abs(np.diag(r))
     chosen: list[str] = []
-    for k, j in enumerate(piv):
-        if k < len(diag) and diag[k] >= COLLINEARITY_FLOOR * diag[0] and len(chosen) < len(r0):
-            chosen.append(moving[j])
-        else:
-            held[moving[j]] = (
-                "the points move it the same way as " + ", ".join(chosen) + " and cannot tell them "
-                "apart (measure at more loads or other lengths)"
+    basis: list[Any] = []
+    for f in FACTORS:
+        col = cols[f.name]
+        if float(np.linalg.norm(col)) / math.sqrt(n) < SENSITIVITY_FLOOR:
+            held[f.name] = f"the points do not depend on it ({f.why})"
+        elif f.name == "per_seq_overhead_ms" and loads < MIN_LOADS_PER_SEQ:
+            held[f.name] = (
+                f"{loads} load level(s) cannot show it: it differs from the per-step cost and "
+                "the bandwidth only in how ITL grows over the batch (measure a third load)"
             )
+        elif (direction := _new_direction(col, basis)) is None or len(chosen) >= len(r0):
+            held[f.name] = (
+                "the points move it the same way as " + ", ".join(chosen) + " and cannot tell "
+                "them apart (measure at more loads or other lengths)"
+            )
+        else:
+            chosen.append(f.name)
+            basis.append(direction)
     return chosen, held
+
+
+def _new_direction(col: Any, basis: list[Any]) -> Any:
+    """The unit part of a factor's effect that the chosen factors' effects (orthonormal
+    `basis`) do not already make, or None when that part is under COLLINEARITY_FLOOR."""
+    import numpy as np
+
+    unit = col / float(np.linalg.norm(col))
+    left = unit - sum((float(b @ unit) * b for b in basis), np.zeros_like(unit))
+    size = float(np.linalg.norm(left))
+    return left / size if size >= COLLINEARITY_FLOOR else None
 
 
 def _starting_values(

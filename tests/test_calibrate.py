@@ -409,3 +409,31 @@ def test_uniform_length_spread_keeps_the_means_and_desynchronises_a_closed_loop(
     assert ttft_spread < 0.8 * ttft_fixed  # waves no longer prefill together
     with pytest.raises(ValueError):
         MeasuredPoint(**base, length_spread="normal")
+
+
+def test_a_rate_is_fitted_before_a_fixed_cost_that_explains_the_same_points() -> None:
+    """SGLang's Qwen3-Coder-480B on 8x B200 (SGLang cookbook, tests/data/calibration_sweeps.toml):
+    ITL grows from 9.9 ms alone to 20.5 ms at 16 clients because more experts are read per
+    step. A per-sequence cost explains those two points as well as the bandwidth fraction
+    does, but extrapolates them linearly: the fit takes the rate, and its ITL at 64 clients
+    stays within 25 % of the measured 33.5 ms."""
+    from bench.calibrate_accuracy import DEPLOYMENT, load_series, points_of
+    from inferwise.calculators.deployment import Deployment
+    from inferwise.calculators.roofline import StepModel
+    from inferwise.calculators.user_calibration import calibrated_efficiency, fit_deployment
+
+    series = next(s for s in load_series() if s["id"] == "sglang-b200x8-qwen3-coder-480b-fp8")
+    dep = Deployment(**{k: v for k, v in series.items() if k in DEPLOYMENT})
+    published = StepModel.from_deployment(dep)
+    points = points_of(series)
+    fit = fit_deployment(
+        lambda e: StepModel.from_deployment(dep, e), published.efficiency, points[:2]
+    )
+    assert fit.fitted[0] == "bandwidth_fraction"
+    calibrated = StepModel.from_deployment(
+        dep, calibrated_efficiency(published.efficiency, fit.factors)
+    )
+    c64 = points[-1]
+    assert c64.concurrency == 64
+    itl = simulate_point(calibrated, c64, fit.factors.request_overhead_ms)["itl_ms"]
+    assert abs(itl / measured_values(c64)["itl_ms"] - 1) <= 0.25

@@ -3,6 +3,8 @@ gets that generation's rates (data/efficiency.toml [generation.*]), and says so.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from inferwise.calculators.calibration import generation_factors, kernel_generation
@@ -83,3 +85,27 @@ def test_only_sglang_reserves_the_running_requests_outputs():
     assert StepModel.from_deployment(Deployment(**R1, engine="sglang")).reserves_future_tokens
     for engine in ("vllm", "trtllm"):
         assert not StepModel.from_deployment(Deployment(**R1, engine=engine)).reserves_future_tokens
+
+
+def test_sglang_and_vllm_v0_run_prompt_steps_without_cuda_graphs():
+    """SGLang replays CUDA graphs for decode batches only, vLLM V0 for decode-only steps: a
+    short prompt's step lasts at least the host's dispatch of every layer, while a decode
+    step keeps its graph. vLLM V1 (piecewise graphs) and TensorRT-LLM (C++ launches) do not
+    pay it, and an eager deployment pays it on every step anyway."""
+    qwen = {"model": "Qwen/Qwen3-235B-A22B", "gpu": "b200", "tensor_parallel_size": 8}
+    sglang = StepModel.from_deployment(Deployment(**qwen, engine="sglang", engine_version="0.5.6"))
+    v0 = StepModel.from_deployment(Deployment(**qwen, engine_version="0.7.3"))
+    v1 = StepModel.from_deployment(Deployment(**qwen, engine_version="0.11.0"))
+    trt = StepModel.from_deployment(Deployment(**qwen, engine="trtllm"))
+    assert sglang.prefill_eager and v0.prefill_eager
+    assert not v1.prefill_eager and not trt.prefill_eager
+    assert any("without CUDA graphs" in n for n in sglang.notes)
+    floor = sglang.eager_floor_ms()
+    assert sglang.step_ms(64, 0, 0) >= floor > v1.step_ms(64, 0, 0)
+    assert sglang.decode_ms(8, 1000) < floor / 2  # decode steps replay their graph
+    # a long prompt hides the dispatch behind the GPU's work: no floor on top of it
+    gpu_bound = sglang.breakdown(60_000, 0, 0)
+    assert gpu_bound.total_ms > floor
+    graphed = replace(sglang, prefill_eager=False)
+    assert gpu_bound.total_ms == pytest.approx(graphed.step_ms(60_000, 0, 0))
+    assert sglang.step_ms(64, 0, 0) > graphed.step_ms(64, 0, 0)
