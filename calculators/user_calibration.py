@@ -46,7 +46,12 @@ COLLINEARITY_FLOOR = 0.1
 MIN_LOADS_PER_SEQ = 3
 """A per-sequence cost is a third shape of ITL over the batch beside the per-step cost
 (flat) and the rates (weights, experts touched, KV read): two loads fix a line through
-two ITLs, which both of the others already draw."""
+two ITLs, which both of the others already draw. Below that it is fitted only where the
+others leave the points off by more than POINT_NOISE_LOG."""
+POINT_NOISE_LOG = 0.10
+"""What two probes of one load differ by (about 10 %): a fit this close has nothing left to explain."""
+PER_SEQ_GAIN = 0.7
+"""A per-sequence cost fitted beyond its loads must take the rms log error below this share."""
 
 
 @dataclass(frozen=True)
@@ -408,7 +413,6 @@ def fit_deployment(
 
     Raises InputError when the points hold fewer values than a fit needs."""
     import numpy as np
-    from scipy.optimize import least_squares
 
     # the per-request cost is fitted as its own term (simulate_point adds it), starting from
     # the published one (SGLang's front end), so the simulation runs without it
@@ -428,6 +432,21 @@ def fit_deployment(
         raise InputError(
             "run", "the measurements cannot identify any factor: " + "; ".join(held.values())
         )
+    fitted, rms = _least_squares(prob, base, r0, names, max_evaluations)
+    warnings = _load_warnings(points)
+    if rms > POINT_NOISE_LOG and "per_seq_overhead_ms" in held:
+        names, held, fitted, note = _with_per_seq_cost(prob, base, r0, (names, held, fitted, rms))
+        warnings += note
+    return _result(prob, base, fitted, names, held, r0, warnings)
+
+
+def _least_squares(
+    prob: _Problem, base: dict[str, float], r0: Any, names: list[str], max_evaluations: int
+) -> tuple[dict[str, float], float]:
+    """The bounded fit of `names` (the others at `base`), and its rms log error."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
     chosen = [prob.by_name[n] for n in names]
     lo = [math.log(f.lower) if f.log_scale else f.lower for f in chosen]
     hi = [math.log(f.upper) if f.log_scale else f.upper for f in chosen]
@@ -442,7 +461,29 @@ def fit_deployment(
         fun, x0, bounds=(lo, hi), x_scale=scale, diff_step=0.05, max_nfev=max_evaluations
     )
     fitted = prob.values(sol.x, names, start_at)
-    return _result(prob, base, fitted, names, held, r0, _load_warnings(points))
+    return fitted, float(np.sqrt(np.mean(np.asarray(prob.residuals(fitted)) ** 2)))
+
+
+def _with_per_seq_cost(
+    prob: _Problem, base: dict[str, float], r0: Any, first: tuple[Any, ...]
+) -> tuple[list[str], dict[str, str], dict[str, float], list[str]]:
+    """The first fit, or one with a per-sequence cost added where the rates and the per-step
+    cost leave the points further off than a repeated probe differs (a CPU engine: prefill
+    pins the compute rate, and only a per-sequence cost gives decode its own slope)."""
+    names, held, fitted, rms = first
+    if len(names) >= len(r0):
+        return names, held, fitted, []
+    trial = [*names, "per_seq_overhead_ms"]
+    fitted2, rms2 = _least_squares(prob, base, r0, trial, 60)
+    if rms2 > PER_SEQ_GAIN * rms:
+        return names, held, fitted, []
+    held = {k: v for k, v in held.items() if k != "per_seq_overhead_ms"}
+    note = (
+        f"per_seq_overhead_ms fitted from fewer than {MIN_LOADS_PER_SEQ} loads: without it the "
+        f"points were {rms:.0%} off (rms log error), with it {rms2:.0%}; it extrapolates ITL "
+        "linearly over the batch, so measure a third load before trusting far loads"
+    )
+    return trial, held, fitted2, [note]
 
 
 def _factors(prob: _Problem, values: dict[str, float]) -> CalibratedFactors:

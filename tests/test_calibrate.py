@@ -106,6 +106,8 @@ def test_calibrating_on_two_low_loads_predicts_higher_loads(db, capsys) -> None:
     )  # fmt: skip
     assert out["rms_log_error_calibrated"] < out["rms_log_error_published"] / 5
     assert {"compute_fraction", "bandwidth_fraction"} <= set(out["fitted"])
+    # two loads fitted within a probe's noise without it: the per-sequence cost stays published
+    assert "third load" in out["held"]["per_seq_overhead_ms"]
     assert [p["load"] for p in out["points"]] == ["concurrency 1", "concurrency 4"]
     assert set(out["residual_spread"]) == {"ttft_ms", "itl_ms", "output_tokens_per_s"}
     assert [p["source"] for p in out["provenance"]][0].endswith("vllm_c1.json")
