@@ -8,6 +8,7 @@ import pytest
 
 from inferwise.calculators.calibration import EFFICIENCY_FILE
 from inferwise.calculators.intervals import (
+    MIN_SOURCES,
     NO_DATA_RATIOS,
     context_band,
     interval_table,
@@ -63,6 +64,22 @@ def test_a_regime_without_enough_data_falls_back_and_says_so():
     assert (lo, hi, key, n) == (0.8, 1.3, "ttft|dense", 20)  # 5 values of one source earn nothing
     lo, hi, key, n = ratio_interval("itl", "vllm", "c1", "ctx<=2k", table)
     assert (lo, hi) == NO_DATA_RATIOS and key == "no data" and n == 0
+
+
+def test_a_regime_cell_needs_as_many_sources_as_a_conformal_bound_needs_values():
+    """A new deployment misses with its own source's conditions: a regime narrower than the
+    metric-wide one is used only when it rests on MIN_SOURCES published sources, however
+    many values those few sources hold."""
+    wide = {"ratio_p10": 0.5, "ratio_p90": 2.0, "values": 300, "sources": 20}
+    narrow = {"ratio_p10": 0.9, "ratio_p90": 1.1, "values": 200, "sources": MIN_SOURCES - 1}
+    table = {"regime": {"ttft|dense": wide, "ttft|vllm|dense": narrow}}
+    assert ratio_interval("ttft", "vllm", "c1", "ctx<=2k", table)[:3] == (0.5, 2.0, "ttft|dense")
+    narrow["sources"] = MIN_SOURCES
+    assert ratio_interval("ttft", "vllm", "c1", "ctx<=2k", table)[:3] == (
+        0.9,
+        1.1,
+        "ttft|vllm|dense",
+    )
 
 
 def test_regime_bands():
