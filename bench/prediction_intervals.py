@@ -122,7 +122,8 @@ def residuals(measurements: list[dict], efficiencies: dict | None = None) -> lis
 
 
 def interval_cells(rs: list[Residual]) -> dict[str, dict]:
-    """Per regime key: p10/p90 of the ratios, and the values and sources behind them."""
+    """Per regime key: the p10/p90 bounds of the ratios for a new source, and the values and
+    sources behind them."""
     groups: dict[str, list[Residual]] = {}
     for r in rs:
         if r.predicted <= 0:
@@ -131,27 +132,47 @@ def interval_cells(rs: list[Residual]) -> dict[str, dict]:
             groups.setdefault(key, []).append(r)
     cells = {}
     for key, members in sorted(groups.items()):
-        ratios = sorted(r.ratio for r in members)
-        lo, hi = conformal_bounds(ratios)
+        lo, hi = prediction_bounds(members)
         cells[key] = {
             "ratio_p10": round(lo, 4),
             "ratio_p90": round(hi, 4),
-            "values": len(ratios),
+            "values": len(members),
             "sources": len({r.source for r in members}),
         }
     return cells
 
 
-def conformal_bounds(ratios: list[float]) -> tuple[float, float]:
-    """The 10th/90th percentile bounds as split-conformal order statistics: the
-    floor((n+1)/10)-th smallest and ceil(9(n+1)/10)-th smallest of n sorted ratios,
-    which cover a new value from the same regime with >= 80 % probability (a plain
-    sample percentile of a few values is too narrow). Needs n >= 9; fewer values give
-    the extremes, and the look-up skips such cells anyway (intervals.MIN_VALUES)."""
-    n = len(ratios)
-    k_lo = max(1, math.floor((n + 1) * 0.1))
-    k_hi = min(n, math.ceil((n + 1) * 0.9))
-    return ratios[k_lo - 1], ratios[k_hi - 1]
+def prediction_bounds(members: list[Residual]) -> tuple[float, float]:
+    """The 10th/90th percentile bounds for a value of a source not yet seen.
+
+    A new deployment is a new source: its values share its engine build, client and lengths
+    and miss together, so a regime's spread is the spread between sources plus the spread
+    within one, not the spread of its largest source's values. On the log of measured /
+    predicted: each source's mean, their mean (every source one vote) and variance (between
+    sources), and the pooled variance of values around their source's mean (within); the
+    bounds are that mean +- Student's t (S - 1 degrees of freedom, S sources) x the
+    predictive deviation sqrt(between x (1 + 1/S) + within), the prediction interval of a
+    random-effects meta-analysis. A regime of one source has no between-source spread to
+    measure and gets the widest of its values."""
+    import numpy as np
+    from scipy.stats import t
+
+    by_source: dict[str, list[float]] = {}
+    for r in members:
+        by_source.setdefault(r.source, []).append(math.log(r.ratio))
+    logs = [np.asarray(v) for v in by_source.values()]
+    n = len(logs)
+    if n < 2:
+        values = np.concatenate(logs)
+        return float(np.exp(values.min())), float(np.exp(values.max()))
+    means = np.array([v.mean() for v in logs])
+    spread = [v.var(ddof=1) for v in logs if len(v) > 1]
+    within = float(np.mean(spread)) if spread else 0.0
+    between = float(means.var(ddof=1))
+    deviation = math.sqrt(between * (1 + 1 / n) + within)
+    half = float(t.ppf(0.9, n - 1)) * deviation
+    centre = float(means.mean())
+    return math.exp(centre - half), math.exp(centre + half)
 
 
 def factors_hash() -> str:
@@ -163,16 +184,18 @@ def render(cells: dict[str, dict], rs: list[Residual]) -> str:
     """The TOML text of the interval table."""
     n_sources = len({r.source for r in rs})
     basis = (
-        f"p10-p90 of measured/predicted over {sum(1 for r in rs if r.predicted > 0)} held-out "
-        f"values from {n_sources} published sources (tests/data/perf_measurements.toml, splits "
+        "p10-p90 of measured/predicted for a source not yet seen (each published source one "
+        f"vote, their spread between and within) over {sum(1 for r in rs if r.predicted > 0)} "
+        f"held-out values from {n_sources} sources (tests/data/perf_measurements.toml, splits "
         "holdout and held_out, never used for fitting), predicted with the factors of "
         f"data/efficiency.toml (sha256 {factors_hash()}); made by bench/prediction_intervals.py"
     )
     lines = [
         "# Prediction intervals: WRITTEN BY bench/prediction_intervals.py, do not edit by hand.",
         "# Per regime (metric family | engine family | load band | context band, and coarser",
-        "# fallbacks): split-conformal 10th and 90th percentile bounds of measured / predicted",
-        "# on held-out values (see conformal_bounds).",
+        "# fallbacks): 10th and 90th percentile bounds of measured / predicted on held-out values",
+        "# for a source not yet seen: a random-effects prediction interval over the sources (see",
+        "# prediction_bounds).",
         "",
         "[meta]",
         f'basis = "{basis}"',

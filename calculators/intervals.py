@@ -30,10 +30,12 @@ MIN_VALUES = 9  # fewer: no finite-sample 80 % bound (split conformal); use the 
 MIN_SOURCES = 9
 """A regime cell (not the metric-wide one) must rest on this many published sources. A new
 deployment is a new source: its values share its conditions (engine build, client, lengths) and
-miss together, so the units that are exchangeable with it are sources, not values, and the
-split-conformal p10/p90 of MIN_VALUES applies to them. With 2 sources the held-out coverage of
-the p10-p90 ranges, each built without the value's own source, was 63 %; with 9 it is 70 %
-(bench/predict_accuracy.py, 2026-12-04; 3, 4 and 6 sources gave 65, 69 and 68 %)."""
+miss together, so the units it is exchangeable with are sources, not values (the bounds are a
+random-effects prediction interval over sources, bench/prediction_intervals.prediction_bounds),
+and a cell narrower than its family needs as many of them as a split-conformal bound needs
+units. Held-out coverage of the p10-p90 ranges, each built without the value's own source
+(bench/predict_accuracy.py, 2026-12-04): 63 % with value percentiles and 2 sources; 70 % with 9
+sources; 87 % with sources as units and 9 (80 % with 3, 84 % with 5)."""
 NO_DATA_RATIOS = (1 / 3, 3.0)  # no held-out value at all for the metric: a factor of 3 each way
 METRIC_FAMILIES = ("ttft", "itl", "e2e", "throughput")
 

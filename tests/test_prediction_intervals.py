@@ -108,3 +108,26 @@ def test_budget_brackets_its_predicted_latencies_too():
     assert iv is not None and iv.output_tokens_per_s is None
     assert iv.ttft_ms.low == pytest.approx(r.ttft_ms.p50 * iv.ttft_ms.ratio_p10)
     assert iv.e2e_ms.high == pytest.approx(r.e2e_ms.p50 * iv.e2e_ms.ratio_p90)
+
+
+def test_bounds_weigh_every_source_once_and_widen_with_their_spread():
+    """One source of 90 values that all agree does not set a regime's range: a new source
+    lands as far off as the sources differ from each other (a random-effects prediction
+    interval on log measured / predicted)."""
+    from bench.prediction_intervals import Residual, prediction_bounds
+
+    def values(source: str, ratios: list[float]) -> list[Residual]:
+        return [
+            Residual("m", "ttft_ms.mean", source, "held_out", "ttft", "vllm", "c1", "ctx<=2k",
+                     "dense", r, 1.0)
+            for r in ratios
+        ]  # fmt: skip
+
+    big = values("big", [1.0] * 90)
+    others = [values(f"s{i}", [r, r * 1.05]) for i, r in enumerate((0.5, 0.8, 1.3, 2.0))]
+    lo, hi = prediction_bounds(big + [v for o in others for v in o])
+    assert lo < 0.6 and hi > 1.7  # the big source alone would give (1.0, 1.0)
+    few = prediction_bounds(big[:5] + [v for o in others for v in o])
+    assert few == pytest.approx((lo, hi))  # a source votes once, however many values it holds
+    single = values("one", [0.9, 1.0, 1.2])
+    assert prediction_bounds(single) == (0.9, 1.2)  # no between-source spread to measure
