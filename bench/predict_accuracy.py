@@ -310,6 +310,12 @@ LAYER_FITS = (
         "an MLA layer launches about twice the small kernels of a grouped-query attention layer",
     ),
     LayerFit(
+        (("vendor", "amd"),),
+        "moe_layer_overhead_us",
+        lambda m: get_gpu(m["gpu"]).vendor == "amd" and is_moe(m["model"]),
+        "ROCm's fused-MoE path launches kernels whose gaps do not hide at small batch",
+    ),
+    LayerFit(
         (("engine", "sglang"),),
         "request_overhead_ms",
         lambda m: m.get("engine") == "sglang" and get_gpu(m["gpu"]).vendor == "nvidia",
@@ -322,6 +328,14 @@ LAYER_FITS = (
         "DeepSeek MLA + MoE kernels of early-2025 releases reach a fraction of today's rates",
     ),
 )
+
+
+def is_moe(model: str) -> bool:
+    """Whether a catalog model routes its tokens to experts."""
+    from inferwise.calculators.architecture import from_config
+    from inferwise.calculators.catalog import load_model
+
+    return bool(from_config(load_model(model).config).is_moe)
 
 
 def with_value(base: dict, tables: tuple[tuple[str, str], ...], key: str, value: float) -> dict:

@@ -25,6 +25,7 @@ _KEYS = (
     "kv_bandwidth_fraction",
     "per_layer_overhead_us",
     "mla_layer_overhead_us",
+    "moe_layer_overhead_us",
     "compute_fraction",
     "moe_compute_fraction",
     "bandwidth_fraction",
@@ -101,6 +102,7 @@ def load_efficiency(
         ),
         per_layer_overhead_us=float(merged.get("per_layer_overhead_us", 0.0)),
         mla_layer_overhead_us=float(merged.get("mla_layer_overhead_us", 0.0)),
+        moe_layer_overhead_us=float(merged.get("moe_layer_overhead_us", 0.0)),
         kv_bandwidth_fraction=float(
             merged.get("kv_bandwidth_fraction") or merged["bandwidth_fraction"]
         ),
@@ -332,6 +334,7 @@ _BOUNDS = {
     "step_overhead_ms": (0.05, 20.0),
     "per_layer_overhead_us": (0.5, 300.0),
     "mla_layer_overhead_us": (0.5, 300.0),
+    "moe_layer_overhead_us": (0.5, 600.0),
     "kv_bandwidth_fraction": (0.1, 0.92),
     "per_seq_overhead_ms": (0.0, 0.2),
     "allreduce_latency_us": (2.0, 200.0),

@@ -118,8 +118,11 @@ SCALE_OUT_FRACTION = 0.8
 """Share of the NIC's line rate an all-reduce reaches across nodes (NCCL's bus bandwidth over
 400 Gb/s InfiniBand is typically 40-45 GB/s per GPU; assumed, not fitted: the fitted link_fraction
 describes NVLink)."""
-SCALE_OUT_LATENCY_US = 10.0
-"""Added to each all-reduce that leaves the node (network hop and NIC; assumed, not fitted)."""
+SCALE_OUT_LATENCY_US = 20.0
+"""Added to each all-reduce that leaves the node (network hop and NIC; read, not fitted): an
+8-byte all-reduce between two nodes over HDR InfiniBand takes 19-20 us in nccl-tests
+(NVIDIA/nccl-tests issue 150, 2023-06, A100), and NCCL's own tuner puts a 128-byte all-reduce on
+an H100 InfiniBand cluster at 25 us (NVIDIA/nccl issue 1453, 2024-09, its NCCL_DEBUG=INFO line)."""
 SCALE_UP_GPUS = {"gb200": 72, "gb300": 72}
 """NVLink domain sizes other than a node of 8."""
 
@@ -170,6 +173,11 @@ class Efficiency:
     per_layer_overhead_us: float = 0.0
     """Per decoder layer per step: the floor of the dozen small kernels a layer
     launches, which does not shrink with the batch (visible at small batch)."""
+    moe_layer_overhead_us: float = 0.0
+    """What a routed-expert layer adds to that floor where the fused-MoE path launches its
+    steps (routing, token sort and alignment, two grouped GEMMs, the weighted sum) as kernels
+    whose launch gaps do not hide at small batch: ROCm's (fitted on [vendor.amd]); 0 = none
+    (on NVIDIA the MoE rows at batch 1 already come within 10 % without it)."""
     mla_layer_overhead_us: float = 0.0
     """What an MLA layer adds to that floor: its low-rank query and KV projections, their
     norms, the rotary part and the absorbed up-projections are each a kernel of their own,
@@ -202,6 +210,7 @@ class Efficiency:
             "moe_compute_fraction": self.moe_fraction,
             "per_layer_overhead_us": self.per_layer_overhead_us,
             "mla_layer_overhead_us": self.mla_layer_overhead_us,
+            "moe_layer_overhead_us": self.moe_layer_overhead_us,
             "kv_bandwidth_fraction": self.kv_fraction,
             "compute_half_tokens": self.compute_half_tokens,
             "attn_seq_overhead_us": self.attn_seq_overhead_us,
@@ -329,7 +338,9 @@ class StepModel:
             comm_ms = comm_ms + self._stage_hops_s(msg) * 1e3
         overhead = e.step_overhead_ms
         layers_ms = (
-            e.per_layer_overhead_us * s.num_layers + e.mla_layer_overhead_us * s.mla_layers
+            e.per_layer_overhead_us * s.num_layers
+            + e.mla_layer_overhead_us * s.mla_layers
+            + e.moe_layer_overhead_us * s.moe_layers
         ) * 1e-3
         overhead_ms = overhead + layers_ms + e.per_seq_overhead_ms * sampled
         if e.attn_seq_overhead_us:
