@@ -310,10 +310,12 @@ LAYER_FITS = (
         "an MLA layer launches about twice the small kernels of a grouped-query attention layer",
     ),
     LayerFit(
-        (("vendor", "amd"),),
+        (("vendor.amd.engine", "sglang"),),
         "moe_layer_overhead_us",
-        lambda m: get_gpu(m["gpu"]).vendor == "amd" and is_moe(m["model"]),
-        "ROCm's fused-MoE path launches kernels whose gaps do not hide at small batch",
+        lambda m: (
+            get_gpu(m["gpu"]).vendor == "amd" and m.get("engine") == "sglang" and is_moe(m["model"])
+        ),
+        "SGLang's fused-MoE path on ROCm launches kernels whose gaps do not hide at small batch",
     ),
     LayerFit(
         (("engine", "sglang"),),
@@ -344,8 +346,11 @@ def with_value(base: dict, tables: tuple[tuple[str, str], ...], key: str, value:
     for kind, name in tables:
         if kind == "default":  # the shared table itself, not a layer under it
             out.setdefault("default", {})[key] = value
-        else:
-            out.setdefault(kind, {}).setdefault(name, {})[key] = value
+        else:  # a layer, or a layer nested in one ("vendor.amd.engine", "sglang")
+            node = out
+            for part in (*kind.split("."), name):
+                node = node.setdefault(part, {})
+            node[key] = value
     return out
 
 

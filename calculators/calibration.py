@@ -73,6 +73,8 @@ def efficiency_layers(
     _merge(merged, t.get("vendor", {}).get(vendor), f"vendor.{vendor}", used)
     _merge(merged, t.get("gpu", {}).get(gpu_id), f"gpu.{gpu_id}", used)
     _merge(merged, t.get("engine", {}).get(engine), f"engine.{engine}", used)
+    on_vendor = t.get("vendor", {}).get(vendor, {}).get("engine", {}).get(engine)
+    _merge(merged, on_vendor, f"vendor.{vendor}.engine.{engine}", used)
     return merged, used
 
 

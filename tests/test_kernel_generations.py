@@ -111,23 +111,25 @@ def test_sglang_and_vllm_v0_run_prompt_steps_without_cuda_graphs():
     assert sglang.step_ms(64, 0, 0) > graphed.step_ms(64, 0, 0)
 
 
-def test_rocm_moe_layers_carry_a_decode_floor_of_their_own():
-    """On MI300X a routed-expert layer adds [vendor.amd] moe_layer_overhead_us to a step's
-    fixed cost (ROCm's fused-MoE launches), so a MoE model's batch-1 decode is slower than its
-    weight reads; a dense model on the same GPU and a MoE model on an NVIDIA GPU pay none."""
+def test_sglang_moe_layers_on_rocm_carry_a_decode_floor_of_their_own():
+    """SGLang on MI300X: a routed-expert layer adds [vendor.amd.engine.sglang]
+    moe_layer_overhead_us to a step's fixed cost (its fused-MoE launches), so a MoE model's
+    batch-1 decode is slower than its weight reads. vLLM on the same GPU, SGLang on an NVIDIA
+    GPU and a dense model pay none (the fit speaks for none of them)."""
     coder = {
         "model": "Qwen/Qwen3-Coder-480B-A35B-Instruct",
         "tensor_parallel_size": 8,
         "max_model_len": 8192,
+        "quantization": "fp8",
     }
-    amd = StepModel.from_deployment(Deployment(**coder, gpu="mi300x", quantization="fp8"))
-    nvidia = StepModel.from_deployment(Deployment(**coder, gpu="h200", quantization="fp8"))
+    amd = StepModel.from_deployment(Deployment(**coder, gpu="mi300x", engine="sglang"))
     assert amd.efficiency.moe_layer_overhead_us > 100 and amd.shape.moe_layers == 62
-    assert nvidia.efficiency.moe_layer_overhead_us == 0
+    assert "vendor.amd.engine.sglang" in amd.efficiency.source
+    for other in (
+        Deployment(**coder, gpu="mi300x", engine="vllm"),
+        Deployment(**coder, gpu="h200", engine="sglang"),
+    ):
+        assert StepModel.from_deployment(other).efficiency.moe_layer_overhead_us == 0
     floor_ms = amd.efficiency.moe_layer_overhead_us * amd.shape.moe_layers * 1e-3
-    graphless = replace(amd, efficiency=replace(amd.efficiency, moe_layer_overhead_us=0.0))
-    assert amd.decode_ms(1, 600) == pytest.approx(graphless.decode_ms(1, 600) + floor_ms)
-    llama = StepModel.from_deployment(
-        Deployment(model="meta-llama/Llama-3.1-70B-Instruct", gpu="mi300x", max_model_len=8192)
-    )
-    assert llama.shape.moe_layers == 0  # the floor multiplies routed-expert layers only
+    without = replace(amd, efficiency=replace(amd.efficiency, moe_layer_overhead_us=0.0))
+    assert amd.decode_ms(1, 600) == pytest.approx(without.decode_ms(1, 600) + floor_ms)

@@ -113,12 +113,17 @@ def test_every_factor_in_the_table_reaches_the_model():
     from inferwise.calculators.catalog import get_gpu
 
     table = tomllib.loads(EFFICIENCY_FILE.read_text())
-    for gpu_id, layer in (("h100-sxm-80gb", table["default"]), ("mi300x", table["vendor"]["amd"])):
-        eff = load_efficiency(get_gpu(gpu_id), "vllm")
+    amd = table["vendor"]["amd"]
+    for gpu_id, engine, layer in (
+        ("h100-sxm-80gb", "vllm", table["default"]),
+        ("mi300x", "vllm", amd),
+        ("mi300x", "sglang", amd["engine"]["sglang"]),  # a vendor's engine layer, applied last
+    ):
+        eff = load_efficiency(get_gpu(gpu_id), engine)
         for key, value in layer.items():
             if key == "allreduce_latency_us":
                 assert eff.allreduce_latency_us == value[get_gpu(gpu_id).interconnect]
-            elif key != "source":
+            elif key not in ("source", "engine"):
                 assert getattr(eff, key) == pytest.approx(value), key
 
 
