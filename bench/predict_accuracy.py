@@ -37,9 +37,14 @@ from inferwise.calculators.catalog import get_gpu
 from inferwise.calculators.intervals import interval_table, ratio_interval
 
 try:  # run as a script (bench/ on sys.path) or imported as bench.predict_accuracy
-    from prediction_intervals import Residual, interval_cells, residuals
+    from prediction_intervals import Residual, interval_cells, measurement_architecture, residuals
 except ImportError:
-    from bench.prediction_intervals import Residual, interval_cells, residuals
+    from bench.prediction_intervals import (
+        Residual,
+        interval_cells,
+        measurement_architecture,
+        residuals,
+    )
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "perf_measurements.toml"
@@ -313,7 +318,9 @@ LAYER_FITS = (
         (("vendor.amd.engine", "sglang"),),
         "moe_layer_overhead_us",
         lambda m: (
-            get_gpu(m["gpu"]).vendor == "amd" and m.get("engine") == "sglang" and is_moe(m["model"])
+            get_gpu(m["gpu"]).vendor == "amd"
+            and m.get("engine") == "sglang"
+            and measurement_architecture(m) == "moe"
         ),
         "SGLang's fused-MoE path on ROCm launches kernels whose gaps do not hide at small batch",
     ),
@@ -330,14 +337,6 @@ LAYER_FITS = (
         "DeepSeek MLA + MoE kernels of early-2025 releases reach a fraction of today's rates",
     ),
 )
-
-
-def is_moe(model: str) -> bool:
-    """Whether a catalog model routes its tokens to experts."""
-    from inferwise.calculators.architecture import from_config
-    from inferwise.calculators.catalog import load_model
-
-    return bool(from_config(load_model(model).config).is_moe)
 
 
 def with_value(base: dict, tables: tuple[tuple[str, str], ...], key: str, value: float) -> dict:

@@ -176,8 +176,9 @@ class Efficiency:
     moe_layer_overhead_us: float = 0.0
     """What a routed-expert layer adds to that floor where the fused-MoE path launches its
     steps (routing, token sort and alignment, two grouped GEMMs, the weighted sum) as kernels
-    whose launch gaps do not hide at small batch: ROCm's (fitted on [vendor.amd]); 0 = none
-    (on NVIDIA the MoE rows at batch 1 already come within 10 % without it)."""
+    whose launch gaps do not hide at small batch: SGLang's on ROCm (fitted on
+    [vendor.amd.engine.sglang]); 0 = none (on NVIDIA the MoE rows at batch 1 already come
+    within 10 % without it, and the fit does not speak for vLLM's ROCm kernels)."""
     mla_layer_overhead_us: float = 0.0
     """What an MLA layer adds to that floor: its low-rank query and KV projections, their
     norms, the rotary part and the absorbed up-projections are each a kernel of their own,
@@ -345,21 +346,13 @@ class StepModel:
         overhead_ms = overhead + layers_ms + e.per_seq_overhead_ms * sampled
         if e.attn_seq_overhead_us:
             overhead_ms = overhead_ms + e.attn_seq_overhead_us * 1e-3 * decode_seqs * s.num_layers
-        eager = self._runs_eager(prefill_tokens)
-        if eager is not False:  # the GPU waits for the host: the step lasts the dispatch at least
+        if self.enforce_eager or self.prefill_eager:  # the GPU waits for the host's dispatch
             gpu_ms = _maximum(compute_ms, memory_ms) + comm_ms + overhead_ms
             wait_ms = _maximum(0.0 * gpu_ms, self.eager_floor_ms() - gpu_ms)
-            overhead_ms = overhead_ms + wait_ms * eager
+            if not self.enforce_eager:  # only the steps with prompt tokens (1/0 per step)
+                wait_ms = wait_ms * (prefill_tokens > 0)
+            overhead_ms = overhead_ms + wait_ms
         return compute_ms, memory_ms, comm_ms, overhead_ms, flops, nbytes
-
-    def _runs_eager(self, prefill_tokens: Any) -> Any:
-        """Whether a step runs without CUDA graphs: every step in eager mode, a step with
-        prompt tokens where only decode is captured (1/0 per step for arrays; False: none)."""
-        if self.enforce_eager:
-            return 1.0
-        if not self.prefill_eager:
-            return False
-        return (prefill_tokens > 0) * 1.0
 
     def eager_floor_ms(self) -> float:
         """The host's time to dispatch one step without CUDA graphs: the scheduler's share

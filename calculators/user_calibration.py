@@ -281,8 +281,12 @@ class _Problem:
         return [simulate_point(model, p, values["request_overhead_ms"]) for p in self.points]
 
     def residuals(self, values: dict[str, float]) -> list[float]:
+        return self.log_errors(self.predict(values))
+
+    def log_errors(self, predictions: list[dict[str, float]]) -> list[float]:
+        """log(predicted / measured) per measured value, of predictions already made."""
         out: list[float] = []
-        for pred, meas in zip(self.predict(values), self.measured, strict=True):
+        for pred, meas in zip(predictions, self.measured, strict=True):
             for k, m in meas.items():
                 p = pred.get(k, float("nan"))
                 out.append(math.log(p / m) if p == p and p > 0 else math.log(10.0))
@@ -324,8 +328,9 @@ def probe_value(prob: _Problem, f: Factor, value: float) -> float:
 
 def identifiable(
     prob: _Problem, base: dict[str, float], r0: Any
-) -> tuple[list[str], dict[str, str]]:
-    """The factors the points can fix and the others, with why not.
+) -> tuple[list[str], dict[str, str], bool]:
+    """The factors the points can fix, the others with why not, and whether the
+    per-sequence cost was held only for want of loads (fit_deployment may still add it).
 
     Factors are taken in FACTORS order, rates before fixed costs: a factor joins when the
     points depend on it and its effect is not (nearly) a combination of those already
@@ -340,6 +345,7 @@ def identifiable(
     held: dict[str, str] = {}
     chosen: list[str] = []
     basis: list[Any] = []
+    deferred = False
     for f in FACTORS:
         col = cols[f.name]
         if float(np.linalg.norm(col)) / math.sqrt(n) < SENSITIVITY_FLOOR:
@@ -349,6 +355,7 @@ def identifiable(
                 f"{loads} load level(s) cannot show it: it differs from the per-step cost and "
                 "the bandwidth only in how ITL grows over the batch (measure a third load)"
             )
+            deferred = True
         elif (direction := _new_direction(col, basis)) is None or len(chosen) >= len(r0):
             held[f.name] = (
                 "the points move it the same way as " + ", ".join(chosen) + " and cannot tell "
@@ -357,7 +364,7 @@ def identifiable(
         else:
             chosen.append(f.name)
             basis.append(direction)
-    return chosen, held
+    return chosen, held, deferred
 
 
 def _new_direction(col: Any, basis: list[Any]) -> Any:
@@ -427,16 +434,20 @@ def fit_deployment(
         )
     base = prob.start_values()
     r0 = np.asarray(prob.residuals(base))
-    names, held = identifiable(prob, base, r0)
+    names, held, deferred = identifiable(prob, base, r0)
     if not names:
         raise InputError(
             "run", "the measurements cannot identify any factor: " + "; ".join(held.values())
         )
     fitted, rms = _least_squares(prob, base, r0, names, max_evaluations)
     warnings = _load_warnings(points)
-    if rms > POINT_NOISE_LOG and "per_seq_overhead_ms" in held:
-        names, held, fitted, note = _with_per_seq_cost(prob, base, r0, (names, held, fitted, rms))
-        warnings += note
+    if deferred and rms > POINT_NOISE_LOG and len(names) < len(r0):
+        trial = [*names, "per_seq_overhead_ms"]
+        fitted2, rms2 = _least_squares(prob, base, r0, trial, max_evaluations)
+        if rms2 <= PER_SEQ_GAIN * rms:
+            names, fitted = trial, fitted2
+            held.pop("per_seq_overhead_ms")
+            warnings.append(_per_seq_note(rms, rms2))
     return _result(prob, base, fitted, names, held, r0, warnings)
 
 
@@ -461,29 +472,19 @@ def _least_squares(
         fun, x0, bounds=(lo, hi), x_scale=scale, diff_step=0.05, max_nfev=max_evaluations
     )
     fitted = prob.values(sol.x, names, start_at)
-    return fitted, float(np.sqrt(np.mean(np.asarray(prob.residuals(fitted)) ** 2)))
+    # the solver's residuals at its answer (clipped at +-5, 150x off): no further simulation
+    return fitted, float(np.sqrt(np.mean(np.asarray(sol.fun) ** 2)))
 
 
-def _with_per_seq_cost(
-    prob: _Problem, base: dict[str, float], r0: Any, first: tuple[Any, ...]
-) -> tuple[list[str], dict[str, str], dict[str, float], list[str]]:
-    """The first fit, or one with a per-sequence cost added where the rates and the per-step
-    cost leave the points further off than a repeated probe differs (a CPU engine: prefill
-    pins the compute rate, and only a per-sequence cost gives decode its own slope)."""
-    names, held, fitted, rms = first
-    if len(names) >= len(r0):
-        return names, held, fitted, []
-    trial = [*names, "per_seq_overhead_ms"]
-    fitted2, rms2 = _least_squares(prob, base, r0, trial, 60)
-    if rms2 > PER_SEQ_GAIN * rms:
-        return names, held, fitted, []
-    held = {k: v for k, v in held.items() if k != "per_seq_overhead_ms"}
-    note = (
+def _per_seq_note(rms: float, rms_with: float) -> str:
+    """Why a per-sequence cost was fitted from fewer loads than show it: the rates and the
+    per-step cost left the points further off than a repeated probe differs (a CPU engine:
+    prefill pins the compute rate, and only a per-sequence cost gives decode its own slope)."""
+    return (
         f"per_seq_overhead_ms fitted from fewer than {MIN_LOADS_PER_SEQ} loads: without it the "
-        f"points were {rms:.0%} off (rms log error), with it {rms2:.0%}; it extrapolates ITL "
+        f"points were {rms:.0%} off (rms log error), with it {rms_with:.0%}; it extrapolates ITL "
         "linearly over the batch, so measure a third load before trusting far loads"
     )
-    return trial, held, fitted2, [note]
 
 
 def _factors(prob: _Problem, values: dict[str, float]) -> CalibratedFactors:
@@ -522,7 +523,7 @@ def _result(
                 ratio={k: round(v / a[k], 4) for k, v in meas.items() if a[k] > 0},
             )
         )
-    r1 = np.asarray(prob.residuals(fitted))
+    r1 = np.asarray(prob.log_errors(after))  # the fitted predictions, not simulated again
     return CalibrationFit(
         factors=_factors(prob, fitted),
         published=_factors(prob, base),
