@@ -35,7 +35,8 @@ random-effects prediction interval over sources, bench/prediction_intervals.pred
 and a cell narrower than its family needs as many of them as a split-conformal bound needs
 units. Held-out coverage of the p10-p90 ranges, each built without the value's own source
 (bench/predict_accuracy.py, 2026-12-04): 63 % with value percentiles and 2 sources; 70 % with 9
-sources; 87 % with sources as units and 9 (80 % with 3, 84 % with 5)."""
+sources; 87 % with sources as units and 9 (80 % with 3, 84 % with 5), 86 % with 9 after the
+day's later factor changes (the SGLang-on-ROCm MoE floor)."""
 NO_DATA_RATIOS = (1 / 3, 3.0)  # no held-out value at all for the metric: a factor of 3 each way
 METRIC_FAMILIES = ("ttft", "itl", "e2e", "throughput")
 
