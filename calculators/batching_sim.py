@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from . import deadline
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .roofline import StepModel
+    from .roofline import DecodeLine, StepModel
 
 
 @dataclass
@@ -130,6 +130,8 @@ def simulate(
 
     inp = np.asarray(input_tokens, dtype=np.int64)
     out = np.maximum(np.asarray(output_tokens, dtype=np.int64), 1)
+    if model.kv_window_share and len(inp):
+        model = window_kv_capacity(model, float(inp.mean() + out.mean() / 2.0))
     if model.reserves_whole_request and len(inp):
         model = no_evict_admission(model, int(round(float((inp + out).mean()))))
     frontend_ms = model.efficiency.request_overhead_ms
@@ -140,6 +142,22 @@ def simulate(
         loop.preload(cached)
     loop.run(max_steps)
     return _result(inp, out, loop.timeline(), loop.itl_chunks, loop.itl_counts, loop.counters())
+
+
+def window_kv_capacity(model: StepModel, context_tokens: float) -> StepModel:
+    """The KV capacity in tokens of whole contexts, where the engine counts it over layer
+    groups and its sliding-window groups free the blocks that leave the window (vLLM's
+    hybrid KV cache manager): a request of ``context_tokens`` holds its whole context in the
+    full-attention share of the groups and one window (plus a block) in the rest, so more
+    requests fit than the reported tokens divided by their length. Applied at the mean
+    context of the requests simulated (prompt plus half the output: what a running request
+    holds on average)."""
+    from dataclasses import replace
+
+    share, window = model.kv_window_share, model.shape.sliding_window
+    held = (1.0 - share) * context_tokens + share * min(context_tokens, window + 16.0)
+    scale = context_tokens / max(1.0, held)
+    return replace(model, kv_capacity_tokens=int(model.kv_capacity_tokens * scale))
 
 
 def no_evict_admission(model: StepModel, tokens_per_request: int) -> StepModel:
@@ -247,7 +265,7 @@ class _StepLoop:
         self.waiting: deque[int] = deque()
         self.reserved = 0  # prompt tokens admitted but not yet computed
         self.kv_used = 0  # tokens in cache (prefilling computed + decoding contexts)
-        self.lines: dict[int, tuple[float, float, float, float, float]] = {}
+        self.lines: dict[int, DecodeLine] = {}
         self.itl_chunks: list[Any] = []
         self.itl_counts: list[Any] = []
         self.t = 0.0
@@ -604,7 +622,7 @@ def _initial_arrivals(
 
 
 def _decode_block(
-    line: tuple[float, float, float, float, float, float],
+    line: DecodeLine,
     t: float,
     kv0: float,
     d: int,
@@ -616,21 +634,22 @@ def _decode_block(
     (the next arrival); returns the times and the end time."""
     import numpy as np
 
-    c0, c1, m0, m1, fixed, floor = line
+    c0, c1, m0, m1, fixed, floor, _, _ = line
     if k <= 48:
         # Few steps: plain arithmetic beats numpy's per-call cost.
         times_l: list[float] = []
         now = t
         kv = kv0
         for _ in range(k):
-            dt_s = max(c0 + c1 * kv, m0 + m1 * kv, floor) + fixed
+            a = line.attended(kv)
+            dt_s = max(c0 + c1 * a, m0 + m1 * a, floor) + fixed
             now += dt_s
             times_l.append(dt_s)
             kv += d
             if limit is not None and now >= limit:
                 break
         return np.array(times_l), now
-    kvs = kv0 + d * np.arange(k, dtype=float)
+    kvs = line.attended(kv0 + d * np.arange(k, dtype=float))
     times = np.maximum(np.maximum(c0 + c1 * kvs, m0 + m1 * kvs), floor) + fixed
     ends = t + np.cumsum(times)
     if limit is not None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .deployment import Deployment
@@ -43,7 +43,7 @@ Bound = Literal["compute", "memory-bandwidth", "communication", "overhead"]
 
 def _maximum(a: Any, b: Any) -> Any:
     """Element-wise max of floats or numpy arrays (the step terms are either)."""
-    if isinstance(a, float) and isinstance(b, float):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a if a >= b else b
     import numpy as np
 
@@ -89,6 +89,24 @@ class ModelShape:
     """For KV replication under tensor parallelism (0 = not replicated / MLA handled by caller)."""
     mla_layers: int = 0
     """Layers whose attention is multi-head latent attention (DeepSeek-V2/V3 style)."""
+    sliding_window: int = 0
+    """Tokens a sliding-window layer attends to (0: none). Its kernel reads at most this
+    many cached tokens per sequence and scores at most this many keys per query, however
+    long the context (FlashAttention's ``window_size``, the engines' SWA backends)."""
+    sliding_share: float = 0.0
+    """Share of the attention layers that are sliding-window layers: that share of
+    ``kv_bytes_per_token`` and ``attn_flops_per_pair`` stops growing past the window."""
+
+    def attended(self, prefill_tokens: Any, decode_seqs: Any, kv_tokens: Any, pairs: Any):
+        """Cached tokens read and (query, key) pairs scored, in full-layer equivalents: the
+        sliding-window layers' share is capped at the window per sequence and per query
+        (a prompt in flight counts as one sequence). Floats and numpy arrays alike."""
+        if not self.sliding_window:
+            return kv_tokens, pairs
+        w, share = self.sliding_window, self.sliding_share
+        seqs = decode_seqs + (prefill_tokens > 0)
+        kv = kv_tokens - share * _maximum(0.0 * kv_tokens, kv_tokens - seqs * w)
+        return kv, pairs - share * _maximum(0.0 * pairs, pairs - prefill_tokens * w)
 
     @property
     def active_params(self) -> float:
@@ -227,6 +245,29 @@ class Efficiency:
         return self.moe_compute_fraction if self.moe_compute_fraction else self.compute_fraction
 
 
+class DecodeLine(NamedTuple):
+    """A pure-decode step of a fixed batch as a function of its KV tokens:
+    ``max(c0 + c1*a, m0 + m1*a, floor) + fixed`` with ``a`` the tokens attended, which is
+    the KV tokens up to ``knee`` (the batch's sliding windows full) and grows by
+    ``1 - share`` per token past it. ``floor``: the eager dispatch time less ``fixed``
+    (-inf with CUDA graphs)."""
+
+    c0: float
+    c1: float
+    m0: float
+    m1: float
+    fixed: float
+    floor: float
+    knee: float = math.inf
+    share: float = 0.0
+
+    def attended(self, kv: Any) -> Any:
+        """Tokens read in full-layer equivalents (floats or numpy arrays)."""
+        if self.knee == math.inf:
+            return kv
+        return kv - self.share * _maximum(0.0 * kv, kv - self.knee)
+
+
 @dataclass(frozen=True)
 class StepTimes:
     """One step's time split by bound; ``total_ms`` is what the step takes."""
@@ -292,6 +333,12 @@ class StepModel:
     ``--enable-piecewise-cuda-graph``), and vLLM's V0 engine for decode-only steps. Such a step
     lasts at least the host's dispatch of every layer (:meth:`eager_floor_ms`), which is what
     a short prompt's TTFT shows on a large model; a long prefill hides it behind the GPU work."""
+    kv_window_share: float = 0.0
+    """Share of the reported KV cache tokens that a request holds only within its sliding
+    window: vLLM's hybrid KV cache manager reports tokens as blocks per layer group and
+    frees a sliding-window group's blocks once they leave the window (0 where the engine
+    caches those layers like full ones). The simulator turns it into whole-context capacity
+    (batching_sim.window_kv_capacity)."""
     reserves_whole_request: bool = False
     """Admission as TensorRT-LLM's GUARANTEED_NO_EVICT: a request starts only when its whole
     input + output fits in the KV cache, so nothing is preempted (vLLM and SGLang admit on
@@ -310,6 +357,7 @@ class StepModel:
         expert_params = s.moe_layers * s.experts_per_token * s.expert_params
         body_params = s.active_params - s.lm_head_params - expert_params
         flops = 2.0 * body_params * tokens + 2.0 * s.lm_head_params * sampled
+        kv_tokens, pairs = s.attended(prefill_tokens, decode_seqs, kv_tokens, pairs)
         # Decode attention: one (query, key) pair per cached token read.
         flops = flops + s.attn_flops_per_pair * (pairs + kv_tokens)
         expert_flops = 2.0 * expert_params * tokens
@@ -444,18 +492,19 @@ class StepModel:
         c, m, comm, ov, _, _ = self._terms(0.0, float(decode_seqs), kv, 0.0, float(decode_seqs))
         return np.maximum(c, m) + comm + ov
 
-    def decode_line(self, decode_seqs: int) -> tuple[float, float, float, float, float, float]:
-        """Pure-decode step time as a function of KV tokens: both roofline terms
-        are linear in them, so a step takes ``max(c0 + c1*kv, m0 + m1*kv, floor) + k``
-        (``floor``: the eager dispatch time less ``k``; -inf with CUDA graphs).
-        Returns (c0, c1, m0, m1, k, floor); lets the simulator time long runs of
-        decode steps without calling the full model per step."""
+    def decode_line(self, decode_seqs: int) -> DecodeLine:
+        """Pure-decode step time as a function of KV tokens: both roofline terms are linear
+        in the tokens attended (:meth:`DecodeLine.attended`); lets the simulator time long
+        runs of decode steps without calling the full model per step."""
         d = float(decode_seqs)
         graphs = replace(self, enforce_eager=False)
         c0, m0, comm, ov, _, _ = graphs._terms(0.0, d, 0.0, 0.0, d)
-        c1, m1, _, _, _, _ = graphs._terms(0.0, d, 1.0, 0.0, d)
+        c1, m1, _, _, _, _ = graphs._terms(0.0, d, 1.0, 0.0, d)  # below any window's cap
         floor = self.eager_floor_ms() - (comm + ov) if self.enforce_eager else -math.inf
-        return c0, c1 - c0, m0, m1 - m0, comm + ov, floor
+        knee = d * self.shape.sliding_window if self.shape.sliding_window else math.inf
+        return DecodeLine(
+            c0, c1 - c0, m0, m1 - m0, comm + ov, floor, knee, self.shape.sliding_share
+        )
 
     # ------------------------------------------------------------------ conveniences
 
@@ -536,6 +585,7 @@ def shape_from_architecture(
     head runs only for sampled tokens, and embeddings are looked up rather
     than multiplied.
     """
+    from .architecture import ATTENTION_KINDS
     from .params import count_parameters, weight_bytes
 
     counts = count_parameters(arch)
@@ -568,6 +618,8 @@ def shape_from_architecture(
         pair_flops = 2.0 * q * 2 * arch.head_dim
     moe = arch.moe
     moe_layers = len(moe.moe_layers) if moe is not None else 0
+    sliding = sum(1 for k in arch.layer_kinds if k == "sliding") if arch.sliding_window else 0
+    attention = sum(1 for k in arch.layer_kinds if k in ATTENTION_KINDS)
     expert = expert_bytes = 0.0
     if moe is not None and counts.routed_experts:
         expert = counts.routed_experts / (moe.num_experts * moe_layers)
@@ -582,6 +634,8 @@ def shape_from_architecture(
         * sum(1 for k in arch.layer_kinds if k in ("full", "sliding", "mla")),
         dense_weight_bytes=float(dense_bytes),
         kv_bytes_per_token=kv_bytes_per_token,
+        sliding_window=int(arch.sliding_window or 0) if sliding else 0,
+        sliding_share=sliding / attention if sliding else 0.0,
         num_experts=moe.num_experts if moe else 0,
         experts_per_token=moe.experts_per_token if moe else 0,
         expert_params=expert,
@@ -672,9 +726,10 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
             "pipeline parallelism modelled as sequential stages (one micro-batch in flight): "
             "latency right, throughput pessimistic"
         )
-    if arch.sliding_window:
+    if shape.sliding_window:
         notes.append(
-            "sliding-window layers counted as full attention in the step time (pessimistic)"
+            f"{shape.sliding_share:.0%} of the attention layers see a {shape.sliding_window:,}-token "
+            "window: they read and score at most that many cached tokens per sequence"
         )
     if dep.enforce_eager:
         notes.append(
@@ -707,6 +762,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         max_model_len=cap["max_model_len"],
         prefill_first=_prefills_first(dep, arch, cap["max_model_len"]),
         reserves_whole_request=dep.engine == "trtllm",
+        kv_window_share=_kv_window_share(dep, shape),
     )
 
 
@@ -728,6 +784,17 @@ def _prefill_runs_eager(dep: Deployment) -> bool:
     if dep.engine == "sglang":
         return True
     return dep.engine == "vllm" and not _is_vllm_v1(dep)
+
+
+def _kv_window_share(dep: Deployment, shape: ModelShape) -> float:
+    """The sliding-window share of the KV cache's layer groups where vLLM's hybrid manager
+    (0.10+) frees their out-of-window blocks; 0 elsewhere (how the other engines' capacity
+    is reported for such models is not modelled here: their window layers count as full)."""
+    from .engine_policy import vllm_rules
+
+    if not shape.sliding_window or dep.engine != "vllm":
+        return 0.0
+    return shape.sliding_share if vllm_rules(dep.engine_version).hybrid_kv_manager else 0.0
 
 
 def _admission_watermark(dep: Deployment, kv_tokens: int) -> int:

@@ -8,6 +8,7 @@ test_predict_calibration.py.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -113,9 +114,11 @@ def test_eager_mode_is_a_floor_of_the_hosts_dispatch_not_a_surcharge():
     big = graphs.breakdown(8192, 0, 0)
     assert big.total_ms > 10.6
     assert eager.breakdown(8192, 0, 0).total_ms == pytest.approx(big.total_ms)
-    c0, c1, m0, m1, fixed, floor = eager.decode_line(1)
-    assert max(c0, m0, floor) + fixed == pytest.approx(eager.breakdown(0, 1, 0).total_ms)
-    assert graphs.decode_line(1)[5] == -math.inf
+    line = eager.decode_line(1)
+    assert max(line.c0, line.m0, line.floor) + line.fixed == pytest.approx(
+        eager.breakdown(0, 1, 0).total_ms
+    )
+    assert graphs.decode_line(1).floor == -math.inf
 
 
 def test_tensor_parallel_all_reduce_is_two_per_layer_with_latency_and_ring_bandwidth():
@@ -176,10 +179,44 @@ def test_prefill_ms_chunks_long_prompts_at_the_batch_token_budget():
 def test_decode_line_matches_the_full_step_model(eager):
     eff = Efficiency(0.5, 0.8, 1.5, 0.01, 12.0, 0.7, eager_layer_overhead_us=700.0)
     m = llama8b(eff, tensor_parallel_size=2, enforce_eager=eager)
-    c0, c1, m0, m1, k, floor = m.decode_line(48)
+    c0, c1, m0, m1, k, floor, _, _ = m.decode_line(48)
     for kv in (0, 10_000, 2_000_000):  # the eager floor binds at the first, not the last
         line = max(c0 + c1 * kv, m0 + m1 * kv, floor) + k
         assert line == pytest.approx(m.step_ms(0, 48, kv))
+
+
+def sliding(m: StepModel, window: int, share: float) -> StepModel:
+    return replace(m, shape=replace(m.shape, sliding_window=window, sliding_share=share))
+
+
+def test_sliding_window_layers_stop_reading_past_the_window():
+    """Half the layers see 128 tokens: a batch whose contexts are all past the window reads
+    half the KV a full-attention model would, plus the windows; below it, the same."""
+    eff = Efficiency(0.5, 0.8, 0.0, 0.0, 0.0, 1.0)
+    full = llama8b(eff)
+    swa = sliding(full, 128, 0.5)
+    assert swa.breakdown(0, 8, 8 * 100).bytes == full.breakdown(0, 8, 8 * 100).bytes
+    weights = full.breakdown(0, 8, 0).bytes
+    kv_full = full.breakdown(0, 8, 8 * 32_000).bytes - weights
+    kv_swa = swa.breakdown(0, 8, 8 * 32_000).bytes - weights
+    assert kv_swa == pytest.approx(kv_full * (0.5 + 0.5 * 128 / 32_000))
+    # a 32k prompt scores each query against at most 128 keys in the windowed half
+    pairs = 32_000 * 32_000 / 2
+    f_full = full.breakdown(32_000, 0, 0, prefill_pairs=pairs).flops
+    f_swa = swa.breakdown(32_000, 0, 0, prefill_pairs=pairs).flops
+    attn = full.shape.attn_flops_per_pair
+    assert f_full - f_swa == pytest.approx(attn * 0.5 * (pairs - 32_000 * 128))
+
+
+@pytest.mark.parametrize("kv", [0, 48 * 100, 48 * 128, 48 * 5_000, 2_000_000])
+def test_decode_line_matches_the_step_model_with_sliding_windows(kv):
+    eff = Efficiency(0.5, 0.8, 1.5, 0.01, 12.0, 0.7)
+    m = sliding(llama8b(eff, tensor_parallel_size=2), 128, 0.5)
+    line = m.decode_line(48)
+    a = line.attended(kv)
+    assert max(line.c0 + line.c1 * a, line.m0 + line.m1 * a, line.floor) + line.fixed == (
+        pytest.approx(m.step_ms(0, 48, kv))
+    )
 
 
 # --------------------------------------------------------------------------- from the catalogs
@@ -390,3 +427,19 @@ def test_an_mla_layer_adds_its_own_floor_to_the_step():
     llama = llama8b(replace(IDEAL, mla_layer_overhead_us=50.0))
     assert llama.shape.mla_layers == 0
     assert llama.decode_ms(1, 2000) == pytest.approx(llama8b().decode_ms(1, 2000), rel=1e-12)
+
+
+def test_gpt_oss_windows_half_its_layers_and_vllm_frees_them_from_the_hybrid_manager():
+    """gpt-oss alternates 128-token sliding-window and full attention layers: every engine's
+    kernels read the window only; vLLM's hybrid KV manager (0.10+) also frees the blocks that
+    leave it, which the simulator's capacity counts (not assumed for the other engines)."""
+    new = StepModel.from_deployment(
+        Deployment(model="openai/gpt-oss-20b", gpu="h100-sxm-80gb", engine_version="0.11.0")
+    )
+    assert (new.shape.sliding_window, new.shape.sliding_share) == (128, 0.5)
+    assert new.kv_window_share == 0.5
+    assert any("128-token window" in n for n in new.notes)
+    sglang = StepModel.from_deployment(
+        Deployment(model="openai/gpt-oss-20b", gpu="h100-sxm-80gb", engine="sglang")
+    )
+    assert sglang.shape.sliding_window == 128 and sglang.kv_window_share == 0.0

@@ -77,6 +77,24 @@ def test_max_num_seqs_and_kv_capacity_bound_the_running_batch():
     assert res.completed == 100
 
 
+def test_freed_sliding_window_blocks_let_more_requests_run():
+    """vLLM's hybrid KV manager reports tokens per layer group and frees what leaves a
+    sliding window: with half the layers windowed at 128 tokens, a 1,500 + 500-token request
+    holds about half the reported tokens its context would, so nearly twice as many run."""
+    from dataclasses import replace
+
+    tight = model(kv_capacity_tokens=20_000)
+    windowed = replace(
+        tight,
+        shape=replace(tight.shape, sliding_window=128, sliding_share=0.5),
+        kv_window_share=0.5,
+    )
+    inp, out = np.full(100, 1500), np.full(100, 500)
+    full, swa = simulate(tight, inp, out), simulate(windowed, inp, out)
+    assert swa.completed == full.completed == 100
+    assert 1.6 * full.max_running <= swa.max_running <= 2 * (20_000 // 1500 + 1)
+
+
 def test_kv_exhaustion_preempts_and_still_completes_every_request():
     # Admission reserves the prompt only; outputs grow until the cache is full.
     m = model(kv_capacity_tokens=12_000)
