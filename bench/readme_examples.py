@@ -54,7 +54,9 @@ def drift(commands: list[str], shown: list[str]) -> tuple[list[str], list[str]]:
         text=True, cwd=ROOT, env=env, timeout=300,
     )  # fmt: skip
     fresh = run.stdout + run.stderr
-    missing = [s for s in shown if not s.strip().startswith(("…", "...")) and s.rstrip() not in fresh]
+    missing = [
+        s for s in shown if not s.strip().startswith(("…", "...")) and s.rstrip() not in fresh
+    ]
     starts = {m[:12] for m in missing}
     return missing, [line for line in fresh.splitlines() if line[:12] in starts]
 
