@@ -213,6 +213,7 @@ class _StepLoop:
         "preempt", "rejected", "decode_batch_sum", "max_running", "peak_kv", "finished",
         "as_array", "skip", "adj", "frontend_ms", "stall_ms", "watermark", "gen_base",
         "preempted_at", "ratio", "fin_tick", "sum_finish", "sum_out_dec", "sum_pre_left",
+        "recv_every", "since_recv",
     )  # fmt: skip
 
     def __init__(
@@ -237,6 +238,10 @@ class _StepLoop:
         self.watermark = int(model.admission_watermark_tokens)
         self.max_seqs = int(model.max_num_seqs)
         self.budget_cap = int(model.max_num_batched_tokens)
+        # SGLang --scheduler-recv-interval: new requests are taken in at receive points only,
+        # every recv_every-th decode step and right after a step with prompt tokens
+        self.recv_every = max(1, int(model.recv_interval_steps))
+        self.since_recv = 0  # decode steps since the last receive point
         self.n, self.prompt, self.outl, self.arrivals = n, prompt, outl, arrivals
         self.closed = closed
         self.next_req = len(arrivals)  # closed loop: the next request id to release
@@ -300,7 +305,11 @@ class _StepLoop:
             if not loops & 511:
                 deadline.check()
                 time.sleep(0)  # hand the GIL over: a server's event loop shares this process
-            if self.arr_i < len(arrivals) and arrivals[self.arr_i] <= self.t:
+            if (
+                self.arr_i < len(arrivals)
+                and arrivals[self.arr_i] <= self.t
+                and not self.since_recv
+            ):
                 self._queue_arrivals()
             if not order and not waiting:
                 if self.ratio:  # an idle server starts its estimate over
@@ -332,6 +341,7 @@ class _StepLoop:
         if self.arr_i >= len(self.arrivals):
             return False
         self.t = max(self.t, self.arrivals[self.arr_i])
+        self.since_recv = 0  # an idle scheduler polls for requests at once
         return True
 
     def _release_next(self, now: float) -> None:
@@ -452,8 +462,10 @@ class _StepLoop:
         pending = self.arr_i < len(self.arrivals) and len(self.order) < self.max_seqs
         limit = self.arrivals[self.arr_i] if pending else None
         kv0 = self.sum_ctx_base + d * self.tick
-        times, self.t = _decode_block(line, self.t, kv0, d, k, limit)
+        every = self.recv_every
+        times, self.t = _decode_block(line, self.t, kv0, d, k, limit, every, self.since_recv)
         k = len(times)
+        self.since_recv = (self.since_recv + k) % every
         if self.ratio:
             self.ratio = max(SGLANG_MIN_NEW_TOKEN_RATIO, self.ratio - k * SGLANG_RATIO_DECAY)
         self._record_itl(times, d)
@@ -490,6 +502,7 @@ class _StepLoop:
         """One step of the prefill chunks and, unless the engine prefills first, every
         decode; prompts that complete emit their first token."""
         computed, to_prefill, skip = self.computed, self.to_prefill, self.skip
+        self.since_recv = 0  # a prompt step weighs past the receive interval at once
         prefill_only = self.model.prefill_first
         d = 0 if prefill_only else len(self.decoding)
         p_tokens = ctx_prefill = 0
@@ -628,10 +641,14 @@ def _decode_block(
     d: int,
     k: int,
     limit: float | None,
+    every: int = 1,
+    phase: int = 0,
 ) -> tuple[Any, float]:
     """Step times of up to ``k`` pure-decode steps of ``d`` sequences from time ``t`` (KV
-    tokens ``kv0``, growing by ``d`` a step), stopping at the step that reaches ``limit``
-    (the next arrival); returns the times and the end time."""
+    tokens ``kv0``, growing by ``d`` a step), stopping at the first receive point at or after
+    ``limit`` (the next arrival): every step, or with ``every`` > 1 the steps that complete a
+    multiple of ``every`` decode steps since the last receive (``phase`` of them done before
+    this block). Returns the times and the end time."""
     import numpy as np
 
     c0, c1, m0, m1, fixed, floor, _, _ = line
@@ -646,14 +663,19 @@ def _decode_block(
             now += dt_s
             times_l.append(dt_s)
             kv += d
-            if limit is not None and now >= limit:
+            phase += 1
+            if limit is not None and now >= limit and not phase % every:
                 break
         return np.array(times_l), now
     kvs = line.attended(kv0 + d * np.arange(k, dtype=float))
     times = np.maximum(np.maximum(c0 + c1 * kvs, m0 + m1 * kvs), floor) + fixed
     ends = t + np.cumsum(times)
     if limit is not None:
-        cut = int(np.searchsorted(ends, limit, side="left")) + 1
+        if every == 1:
+            cut = int(np.searchsorted(ends, limit, side="left")) + 1
+        else:
+            received = (ends >= limit) & ((phase + np.arange(1, k + 1)) % every == 0)
+            cut = int(np.argmax(received)) + 1 if received.any() else k
         if cut < k:
             times, ends = times[:cut], ends[:cut]
     return times, float(ends[-1])

@@ -205,6 +205,7 @@ def _apply_generation(
 
 DEPLOYMENT_KEYS = (
     "model",
+    "scheduler_recv_interval",
     "gpu",
     "tensor_parallel_size",
     "pipeline_parallel_size",

@@ -138,6 +138,14 @@ class Deployment(BaseModel):
         max_length=50,
         description="Engine release (e.g. 0.11.0); default: the current stable release the rules know.",
     )
+    scheduler_recv_interval: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="SGLang --scheduler-recv-interval: decode steps between the scheduler's "
+        "intakes of new requests (it also takes them in right after a prompt step), so an "
+        "arrival waits for the next intake. Default 1 (every step); SGLang only.",
+    )
 
     @field_validator("model", "gpu", "quantization", "engine_version", "revision")
     @classmethod
@@ -150,6 +158,11 @@ class Deployment(BaseModel):
     def _needs_gpu(self) -> Deployment:
         if self.gpu is None and self.gpu_memory_gib is None:
             raise ValueError("give gpu (a catalog id such as h100-sxm-80gb) or gpu_memory_gib")
+        if self.scheduler_recv_interval is not None and self.engine != "sglang":
+            raise ValueError(
+                f"scheduler_recv_interval is an SGLang setting; add --engine sglang "
+                f"(engine is {self.engine})"
+            )
         return self
 
     @property

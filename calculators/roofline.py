@@ -333,6 +333,11 @@ class StepModel:
     ``--enable-piecewise-cuda-graph``), and vLLM's V0 engine for decode-only steps. Such a step
     lasts at least the host's dispatch of every layer (:meth:`eager_floor_ms`), which is what
     a short prompt's TTFT shows on a large model; a long prefill hides it behind the GPU work."""
+    recv_interval_steps: int = 1
+    """SGLang's --scheduler-recv-interval: while it decodes, the scheduler takes in new
+    requests only every this many steps (a step with prompt tokens counts as the whole
+    interval: SchedulerRecvSkipper weighs a decode step 1 and any other 1000), so an arrival
+    waits for the next receive point. The simulator applies it."""
     kv_window_share: float = 0.0
     """Share of the reported KV cache tokens that a request holds only within its sliding
     window: vLLM's hybrid KV cache manager reports tokens as blocks per layer group and
@@ -731,6 +736,12 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
             f"{shape.sliding_share:.0%} of the attention layers see a {shape.sliding_window:,}-token "
             "window: they read and score at most that many cached tokens per sequence"
         )
+    if dep.scheduler_recv_interval and dep.scheduler_recv_interval > 1:
+        notes.append(
+            f"SGLang takes new requests in every {dep.scheduler_recv_interval} decode steps "
+            "(--scheduler-recv-interval) and right after a prompt step: while it decodes, an "
+            f"arrival waits about {(dep.scheduler_recv_interval - 1) / 2:g} steps before it is seen"
+        )
     if dep.enforce_eager:
         notes.append(
             "no CUDA graphs (--enforce-eager): a step lasts at least the host's dispatch of every "
@@ -763,6 +774,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         prefill_first=_prefills_first(dep, arch, cap["max_model_len"]),
         reserves_whole_request=dep.engine == "trtllm",
         kv_window_share=_kv_window_share(dep, shape),
+        recv_interval_steps=dep.scheduler_recv_interval or 1,
     )
 
 

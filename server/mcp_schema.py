@@ -80,15 +80,15 @@ LEVER_OWNER = "predict_performance"
 
 
 def lever_fields() -> frozenset[str]:
-    """The serving levers' flags (speculative decoding, prefix caching, disaggregation):
-    described once, in words, under :data:`LEVER_OWNER`."""
+    """The serving levers' flags (speculative decoding, prefix caching, disaggregation, and
+    SGLang's request-intake interval): described once, in words, under :data:`LEVER_OWNER`."""
     from inferwise.calculators.disaggregation import DisaggregationFields
     from inferwise.calculators.prefix_cache import PrefixCacheFields
     from inferwise.calculators.spec_decode import SpeculativeFields
 
     return frozenset(
         [*SpeculativeFields.model_fields, *PrefixCacheFields.model_fields]
-        + [*DisaggregationFields.model_fields]
+        + [*DisaggregationFields.model_fields, "scheduler_recv_interval"]
     )
 
 
@@ -157,7 +157,8 @@ LEVER_SUMMARY = (
     "num_speculative_tokens (K, 1-16), spec_acceptance_length (tokens per verify step at K) or "
     "spec_acceptance_rate (per token), draft_model, spec_task (chat, code, math); "
     "prefix_cache_hit_rate (0-1 of prompt tokens), prefix_cache_distinct_prefixes; "
-    "disaggregate ('P:D' workers), kv_transfer_gbps (per worker), kv_transfer_latency_ms."
+    "disaggregate ('P:D' workers), kv_transfer_gbps (per worker), kv_transfer_latency_ms; "
+    "scheduler_recv_interval (SGLang: decode steps per intake)."
 )
 """The lever fields in words: cheaper in the listing than ten described properties."""
 

@@ -97,7 +97,8 @@ OPERATIONS: list[Operation] = [
             "cache and headroom, the KV cache size in tokens and the maximum concurrency at the "
             "context length, as the engine itself would report them. Memory in GiB (2^30 bytes)."
         ),
-        extra={"report": "fit_report"},
+        # the memory fit does not depend on when the scheduler takes requests in
+        extra={"report": "fit_report", "mcp_hidden": ("scheduler_recv_interval",)},
     ),
     Operation(
         name="predict",
@@ -109,9 +110,8 @@ OPERATIONS: list[Operation] = [
         tool_name="predict_performance",
         title="Predict serving performance",
         description=(
-            "Use this to estimate latency and throughput of a deployment before measuring it. "
-            "Combines a per-step roofline (compute, memory bandwidth, communication, overhead) with a "
-            "continuous-batching simulation. Inputs: deployment as in estimate_memory_fit, "
+            "Use this to estimate latency and throughput of a deployment before measuring it: "
+            "per-step roofline + continuous-batching simulation. Inputs: the deployment, "
             "input_tokens and output_tokens per request, and concurrency or request_rate "
             "(requests/s; inf = all at once). Times in ms, throughput per second."
         ),

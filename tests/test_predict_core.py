@@ -103,6 +103,10 @@ def test_bad_input():
     with pytest.raises(InputError) as e:
         run(input_tokens=200_000, output_tokens=10)
     assert e.value.field == "input_tokens"
+    with pytest.raises(ValidationError, match="scheduler_recv_interval is an SGLang setting"):
+        PredictRequest(**L8, concurrency=2, scheduler_recv_interval=30)
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        PredictRequest(**L8, engine="sglang", concurrency=2, scheduler_recv_interval=0)
     with pytest.raises(InputError) as e:
         predict_performance(PredictRequest(model="no/such-model", gpu="h100"))
     assert e.value.field == "model"

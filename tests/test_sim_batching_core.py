@@ -95,6 +95,20 @@ def test_freed_sliding_window_blocks_let_more_requests_run():
     assert 1.6 * full.max_running <= swa.max_running <= 2 * (20_000 // 1500 + 1)
 
 
+@pytest.mark.parametrize("every", [10, 40])
+def test_sglangs_receive_interval_makes_arrivals_wait_half_an_interval_of_decode_steps(every):
+    """SGLang --scheduler-recv-interval N: while decoding, new requests are taken in every N
+    steps, so an arrival lands on average (N - 1) / 2 decode steps before the next intake
+    (desynchronised clients: output lengths vary)."""
+    out = np.random.default_rng(0).integers(100, 500, 600)
+    ttft = {}
+    for n in (1, every):
+        res = simulate(model(recv_interval_steps=n), np.full(600, 200), out, concurrency=8)
+        ttft[n] = float(np.nanmean(load_stats(res).ttft_ms))
+    step_ms = model().decode_ms(8, 500)
+    assert ttft[every] - ttft[1] == pytest.approx((every - 1) / 2 * step_ms, rel=0.25)
+
+
 def test_kv_exhaustion_preempts_and_still_completes_every_request():
     # Admission reserves the prompt only; outputs grow until the cache is full.
     m = model(kv_capacity_tokens=12_000)
