@@ -145,18 +145,25 @@ def simulate(
 
 
 def window_kv_capacity(model: StepModel, context_tokens: float) -> StepModel:
-    """The KV capacity in tokens of whole contexts, where the engine counts it over layer
-    groups and its sliding-window groups free the blocks that leave the window (vLLM's
-    hybrid KV cache manager): a request of ``context_tokens`` holds its whole context in the
-    full-attention share of the groups and one window (plus a block) in the rest, so more
-    requests fit than the reported tokens divided by their length. Applied at the mean
-    context of the requests simulated (prompt plus half the output: what a running request
-    holds on average)."""
+    """The KV capacity in tokens of whole contexts where the engine frees the blocks that
+    leave a sliding window (vLLM's hybrid KV cache manager): a request of ``context_tokens``
+    holds its whole context in the full-attention share of the layer groups and one window
+    (plus a block) in the rest, so more requests fit than the reported tokens divided by their
+    length. The reported tokens are blocks per group before vLLM 0.21, and from it max
+    concurrency x max_model_len, where a window group was charged its window plus a step's
+    batched tokens (``blocks_per_request``). Applied at the mean context of the requests
+    simulated (prompt plus half the output: what a running request holds on average)."""
     from dataclasses import replace
 
-    share, window = model.kv_window_share, model.shape.sliding_window
-    held = (1.0 - share) * context_tokens + share * min(context_tokens, window + 16.0)
-    scale = context_tokens / max(1.0, held)
+    share, window, block = model.kv_window_share, model.shape.sliding_window, 16.0
+
+    def held(tokens: float, kept: float) -> float:  # in per-group tokens
+        return (1.0 - share) * tokens + share * min(tokens, kept)
+
+    scale = context_tokens / max(1.0, held(context_tokens, window + block))
+    top = model.max_model_len
+    if model.kv_reported_per_max_len and top:
+        scale *= held(top, window - 1 + model.max_num_batched_tokens + block) / top
     return replace(model, kv_capacity_tokens=int(model.kv_capacity_tokens * scale))
 
 

@@ -339,11 +339,14 @@ class StepModel:
     interval: SchedulerRecvSkipper weighs a decode step 1 and any other 1000), so an arrival
     waits for the next receive point. The simulator applies it."""
     kv_window_share: float = 0.0
-    """Share of the reported KV cache tokens that a request holds only within its sliding
-    window: vLLM's hybrid KV cache manager reports tokens as blocks per layer group and
-    frees a sliding-window group's blocks once they leave the window (0 where the engine
-    caches those layers like full ones). The simulator turns it into whole-context capacity
-    (batching_sim.window_kv_capacity)."""
+    """Share of the KV cache's layer groups that hold a request's sliding window only: vLLM's
+    hybrid KV cache manager frees a sliding-window group's blocks once they leave the window
+    (0 where the engine caches those layers like full ones). The simulator turns the reported
+    tokens into whole-context capacity (batching_sim.window_kv_capacity)."""
+    kv_reported_per_max_len: bool = False
+    """How the reported KV tokens count: vLLM 0.21+ logs max concurrency x max_model_len (a
+    window group charged its window plus a step's batched tokens at that length); before,
+    blocks per layer group x block size."""
     reserves_whole_request: bool = False
     """Admission as TensorRT-LLM's GUARANTEED_NO_EVICT: a request starts only when its whole
     input + output fits in the KV cache, so nothing is preempted (vLLM and SGLang admit on
@@ -774,6 +777,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         prefill_first=_prefills_first(dep, arch, cap["max_model_len"]),
         reserves_whole_request=dep.engine == "trtllm",
         kv_window_share=_kv_window_share(dep, shape),
+        kv_reported_per_max_len=dep.engine == "vllm" and _vllm_reports_per_max_len(dep),
         recv_interval_steps=dep.scheduler_recv_interval or 1,
     )
 
@@ -807,6 +811,12 @@ def _kv_window_share(dep: Deployment, shape: ModelShape) -> float:
     if not shape.sliding_window or dep.engine != "vllm":
         return 0.0
     return shape.sliding_share if vllm_rules(dep.engine_version).hybrid_kv_manager else 0.0
+
+
+def _vllm_reports_per_max_len(dep: Deployment) -> bool:
+    from .engine_policy import vllm_rules
+
+    return vllm_rules(dep.engine_version).tokens_from_concurrency
 
 
 def _admission_watermark(dep: Deployment, kv_tokens: int) -> int:

@@ -437,7 +437,9 @@ def test_gpt_oss_windows_half_its_layers_and_vllm_frees_them_from_the_hybrid_man
         Deployment(model="openai/gpt-oss-20b", gpu="h100-sxm-80gb", engine_version="0.11.0")
     )
     assert (new.shape.sliding_window, new.shape.sliding_share) == (128, 0.5)
-    assert new.kv_window_share == 0.5
+    assert new.kv_window_share == 0.5 and not new.kv_reported_per_max_len
+    latest = StepModel.from_deployment(Deployment(model="openai/gpt-oss-20b", gpu="h100"))
+    assert latest.kv_window_share == 0.5 and latest.kv_reported_per_max_len
     assert any("128-token window" in n for n in new.notes)
     sglang = StepModel.from_deployment(
         Deployment(model="openai/gpt-oss-20b", gpu="h100-sxm-80gb", engine="sglang")

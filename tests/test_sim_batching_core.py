@@ -109,6 +109,29 @@ def test_sglangs_receive_interval_makes_arrivals_wait_half_an_interval_of_decode
     assert ttft[every] - ttft[1] == pytest.approx((every - 1) / 2 * step_ms, rel=0.25)
 
 
+def test_window_capacity_follows_how_vllm_reports_the_kv_cache():
+    """Before vLLM 0.21 the reported tokens are blocks per layer group: a 2,000-token request
+    of a half-windowed model holds 1,000 + 72 of them, so 1.87x more such requests fit. From
+    0.21 vLLM reports max concurrency x max_model_len, having charged each window group its
+    window plus a step's batched tokens: the window saving is mostly in the figure already."""
+    from dataclasses import replace
+
+    from inferwise.calculators.batching_sim import window_kv_capacity
+
+    base = model(kv_capacity_tokens=100_000, max_model_len=131_072)
+    old = replace(
+        base,
+        shape=replace(base.shape, sliding_window=128, sliding_share=0.5),
+        kv_window_share=0.5,
+    )
+    new = replace(old, kv_reported_per_max_len=True)
+    assert window_kv_capacity(old, 2000).kv_capacity_tokens == pytest.approx(186_567, abs=1)
+    per_max_len = (65_536 + 0.5 * (127 + 8192 + 16)) / 131_072
+    assert window_kv_capacity(new, 2000).kv_capacity_tokens == pytest.approx(
+        186_567 * per_max_len, rel=1e-4
+    )
+
+
 def test_kv_exhaustion_preempts_and_still_completes_every_request():
     # Admission reserves the prompt only; outputs grow until the cache is full.
     m = model(kv_capacity_tokens=12_000)
