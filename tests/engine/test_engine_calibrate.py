@@ -21,7 +21,9 @@ why (four sweeps on a 2-core machine; asserted ones within -16..+15 %):
   and this machine), which no step model linear in the batch represents; a calibration on
   1 and 2 therefore put the per-sequence cost at 7 ms and over-predicted ITL at 4 and 8 by
   35-110 % (why the calibration uses 1 and 4). Calibrated on 1 and 4, ITL at 2 is 26-37 %
-  low and throughput 24-38 % high.
+  low and throughput 24-38 % high. ``python -m bench.llamacpp_step_shape`` measures the
+  step itself (all sequences of a batch decoding together, the server's own timings): from
+  2 on it is linear in the batch, with a single sequence about 2 ms below that line.
 - the TTFT median at 6 falls between the admitted and the queued group (15-33 % low).
 """
 
