@@ -228,6 +228,8 @@ def _summary_facts(a: Analysis, run: LoadedRun, note: str) -> None:
     warm_p50 = s.ttft_ms.p50
     if s.cold is not None and s.cold.ttft_ms and warm_p50:
         a.put("run.cold_over_warm_ttft", s.cold.ttft_ms / warm_p50, src, note)
+    if s.ttft_ms.mean and warm_p50:  # a tail of a few very slow first tokens lifts the mean
+        a.put("run.ttft_mean_over_p50", s.ttft_ms.mean / warm_p50, src, note)
     if s.client_health.saturated:
         a.put("run.client_saturated", True, src, note)
         a.assumptions.append(

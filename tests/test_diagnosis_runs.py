@@ -174,3 +174,21 @@ def test_gpu_util_low_symptom_without_a_figure_leaves_no_placeholder() -> None:
         text = " ".join(e for h in result.hypotheses for e in h.evidence)
         assert "reported low (symptom, no figure given)" in text
         assert "(?)" not in text and " ? " not in text
+
+
+def test_a_few_very_slow_first_tokens_without_a_queue_point_at_warm_up(tmp_path):
+    """Four of 40 requests at 3 s against 0.2 s for the rest lift the TTFT mean to about 2x
+    its median with no standing queue: the warm-up lead (kernels compiled for new shapes)
+    is raised with the ratio in its evidence; a run without the slow four does not raise it."""
+    db = tmp_path / "runs.db"
+    flat = [8, 8, 8, 8, 8, 8]
+    quiet = [0, 0, 0, 0, 0, 0]
+    tail = _store(
+        db, running=flat, waiting=quiet, ttft_s=lambda i: 3.0 if i in (1, 5, 9, 13) else 0.2
+    )
+    even = _store(db, running=flat, waiting=quiet)
+    slow, steady = _run(db, tail), _run(db, even)
+    fired = [e for h in slow.hypotheses if h.id == "cold_start" for e in h.evidence]
+    assert any("x its median with no standing queue" in e for e in fired), slow.hypotheses
+    calm = [e for h in steady.hypotheses for e in h.evidence]
+    assert not any("x its median with no standing queue" in e for e in calm)
