@@ -66,6 +66,9 @@ class SimResult:
     mean_decode_batch: float
     max_running: int
     peak_kv_tokens: int
+    kv_capacity_tokens: int = 0
+    """The KV capacity the run was simulated with, in tokens of whole contexts (the reported
+    one, or more where the engine frees the blocks that leave a sliding window)."""
 
     @property
     def itl_ms(self) -> Any:
@@ -130,8 +133,11 @@ def simulate(
 
     inp = np.asarray(input_tokens, dtype=np.int64)
     out = np.maximum(np.asarray(output_tokens, dtype=np.int64), 1)
-    if model.kv_window_share and len(inp):
-        model = window_kv_capacity(model, float(inp.mean() + out.mean() / 2.0))
+    if model.kv_window_share and len(inp):  # capacity in whole contexts, at the mean one
+        from dataclasses import replace
+
+        context = float(inp.mean() + out.mean() / 2.0)
+        model = replace(model, kv_capacity_tokens=model.context_capacity_tokens(context))
     if model.reserves_whole_request and len(inp):
         model = no_evict_admission(model, int(round(float((inp + out).mean()))))
     frontend_ms = model.efficiency.request_overhead_ms
@@ -142,29 +148,6 @@ def simulate(
         loop.preload(cached)
     loop.run(max_steps)
     return _result(inp, out, loop.timeline(), loop.itl_chunks, loop.itl_counts, loop.counters())
-
-
-def window_kv_capacity(model: StepModel, context_tokens: float) -> StepModel:
-    """The KV capacity in tokens of whole contexts where the engine frees the blocks that
-    leave a sliding window (vLLM's hybrid KV cache manager): a request of ``context_tokens``
-    holds its whole context in the full-attention share of the layer groups and one window
-    (plus a block) in the rest, so more requests fit than the reported tokens divided by their
-    length. The reported tokens are blocks per group before vLLM 0.21, and from it max
-    concurrency x max_model_len, where a window group was charged its window plus a step's
-    batched tokens (``blocks_per_request``). Applied at the mean context of the requests
-    simulated (prompt plus half the output: what a running request holds on average)."""
-    from dataclasses import replace
-
-    share, window, block = model.kv_window_share, model.shape.sliding_window, 16.0
-
-    def held(tokens: float, kept: float) -> float:  # in per-group tokens
-        return (1.0 - share) * tokens + share * min(tokens, kept)
-
-    scale = context_tokens / max(1.0, held(context_tokens, window + block))
-    top = model.max_model_len
-    if model.kv_reported_per_max_len and top:
-        scale *= held(top, window - 1 + model.max_num_batched_tokens + block) / top
-    return replace(model, kv_capacity_tokens=int(model.kv_capacity_tokens * scale))
 
 
 def no_evict_admission(model: StepModel, tokens_per_request: int) -> StepModel:
@@ -623,6 +606,7 @@ class _StepLoop:
             self.decode_batch_sum,
             self.max_running,
             self.peak_kv,
+            self.cap,
         )
 
 
@@ -649,39 +633,41 @@ def _decode_block(
     k: int,
     limit: float | None,
     every: int = 1,
-    phase: int = 0,
+    since_recv: int = 0,
 ) -> tuple[Any, float]:
     """Step times of up to ``k`` pure-decode steps of ``d`` sequences from time ``t`` (KV
     tokens ``kv0``, growing by ``d`` a step), stopping at the first receive point at or after
-    ``limit`` (the next arrival): every step, or with ``every`` > 1 the steps that complete a
-    multiple of ``every`` decode steps since the last receive (``phase`` of them done before
-    this block). Returns the times and the end time."""
+    ``limit`` (the next arrival). With ``every`` = 1 every step is one; with SGLang's
+    --scheduler-recv-interval (``every`` > 1) the steps that complete a multiple of ``every``
+    decode steps since the last receive (``since_recv`` of them done before this block).
+    Returns the times and the end time."""
     import numpy as np
 
-    c0, c1, m0, m1, fixed, floor, _, _ = line
+    c0, c1, m0, m1, fixed, floor, knee, share = line
     if k <= 48:
         # Few steps: plain arithmetic beats numpy's per-call cost.
         times_l: list[float] = []
         now = t
         kv = kv0
+        windowed = knee != math.inf
         for _ in range(k):
-            a = line.attended(kv)
+            a = kv - share * (kv - knee) if windowed and kv > knee else kv
             dt_s = max(c0 + c1 * a, m0 + m1 * a, floor) + fixed
             now += dt_s
             times_l.append(dt_s)
             kv += d
-            phase += 1
-            if limit is not None and now >= limit and not phase % every:
+            since_recv += 1
+            if limit is not None and now >= limit and not since_recv % every:
                 break
         return np.array(times_l), now
-    kvs = line.attended(kv0 + d * np.arange(k, dtype=float))
+    kvs = line.attended_tokens(kv0 + d * np.arange(k, dtype=float))
     times = np.maximum(np.maximum(c0 + c1 * kvs, m0 + m1 * kvs), floor) + fixed
     ends = t + np.cumsum(times)
     if limit is not None:
         if every == 1:
             cut = int(np.searchsorted(ends, limit, side="left")) + 1
         else:
-            received = (ends >= limit) & ((phase + np.arange(1, k + 1)) % every == 0)
+            received = (ends >= limit) & ((since_recv + np.arange(1, k + 1)) % every == 0)
             cut = int(np.argmax(received)) + 1 if received.any() else k
         if cut < k:
             times, ends = times[:cut], ends[:cut]
@@ -708,6 +694,7 @@ class _Counters:
     decode_batch_sum: float
     max_running: int
     peak_kv: int
+    kv_capacity: int
 
 
 def _result(
@@ -747,6 +734,7 @@ def _result(
         mean_decode_batch=k.decode_batch_sum / k.steps if k.steps else 0.0,
         max_running=k.max_running,
         peak_kv_tokens=int(k.peak_kv),
+        kv_capacity_tokens=int(k.kv_capacity),
     )
 
 

@@ -119,7 +119,8 @@ def capacities(model: Any, mean_in: float, mean_out: float) -> tuple[float, floa
     if mean_in > model.max_num_batched_tokens:
         step_ms = model.prefill_ms(int(mean_in))
     prefill_rps = per_step / (step_ms / 1e3)
-    batch = max(1, min(model.max_num_seqs, int(model.kv_capacity_tokens // (mean_in + mean_out))))
+    room = model.context_capacity_tokens(mean_in + mean_out / 2.0)
+    batch = max(1, min(model.max_num_seqs, int(room // (mean_in + mean_out))))
     decode_ms = mean_out * model.decode_ms(batch, mean_in + mean_out / 2)
     return prefill_rps, batch / (decode_ms / 1e3)
 

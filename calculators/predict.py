@@ -357,7 +357,7 @@ def saturation_point(
     t_prefill_marginal).
     """
     ctx = mean_in + mean_out / 2.0
-    kv_limit = int(model.kv_capacity_tokens // max(1.0, mean_in + mean_out))
+    kv_limit = int(model.context_capacity_tokens(ctx) // max(1.0, mean_in + mean_out))
     batch = max(1, min(model.max_num_seqs, kv_limit))
     limited_by: Literal["max_num_seqs", "kv_cache"] = (
         "max_num_seqs" if model.max_num_seqs <= kv_limit else "kv_cache"
@@ -566,7 +566,9 @@ def _predict(req: PredictRequest, calibration: AppliedCalibration | None) -> Pre
         ),
         saturation=sat,
         kv_cache_tokens=int(model.kv_capacity_tokens),
-        peak_kv_cache_usage=min(1.0, res.peak_kv_tokens / max(1, model.kv_capacity_tokens)),
+        peak_kv_cache_usage=min(
+            1.0, res.peak_kv_tokens / max(1, res.kv_capacity_tokens or model.kv_capacity_tokens)
+        ),
         max_num_seqs=admitted_batch(model, mean_in + mean_out),
         max_num_batched_tokens=model.max_num_batched_tokens,
         preemptions=int(res.preemptions),

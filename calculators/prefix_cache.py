@@ -114,7 +114,8 @@ def _running_batch(
     """Requests running at once: a closed loop's concurrency, else Little's law on the
     rate and an idle-engine service time (two fixed-point rounds), within the limits."""
     ctx = mean_in + mean_out / 2
-    cap_batch = max(1.0, model.kv_capacity_tokens / max(1.0, (1 - hit) * mean_in + mean_out))
+    room = model.context_capacity_tokens(ctx)
+    cap_batch = max(1.0, room / max(1.0, (1 - hit) * mean_in + mean_out))
     limit = min(float(model.max_num_seqs), cap_batch)
     rate = getattr(req, "request_rate", None)
     if concurrency is not None or rate is None or math.isinf(rate):

@@ -97,10 +97,13 @@ class ModelShape:
     """Share of the attention layers that are sliding-window layers: that share of
     ``kv_bytes_per_token`` and ``attn_flops_per_pair`` stops growing past the window."""
 
-    def attended(self, prefill_tokens: Any, decode_seqs: Any, kv_tokens: Any, pairs: Any):
+    def window_capped(self, prefill_tokens: Any, decode_seqs: Any, kv_tokens: Any, pairs: Any):
         """Cached tokens read and (query, key) pairs scored, in full-layer equivalents: the
-        sliding-window layers' share is capped at the window per sequence and per query
-        (a prompt in flight counts as one sequence). Floats and numpy arrays alike."""
+        sliding-window layers' share is capped at the window per sequence and per query.
+        Simplified from the per-sequence sum of min(context, window): the cap applies to the
+        step's total (every sequence taken as past its window, the prompts in flight as one
+        sequence), which is exact for gpt-oss's 128 tokens and overstates windowed reads when
+        a 1,024-token window (Gemma) meets short contexts. Floats and numpy arrays alike."""
         if not self.sliding_window:
             return kv_tokens, pairs
         w, share = self.sliding_window, self.sliding_share
@@ -261,7 +264,7 @@ class DecodeLine(NamedTuple):
     knee: float = math.inf
     share: float = 0.0
 
-    def attended(self, kv: Any) -> Any:
+    def attended_tokens(self, kv: Any) -> Any:
         """Tokens read in full-layer equivalents (floats or numpy arrays)."""
         if self.knee == math.inf:
             return kv
@@ -365,7 +368,7 @@ class StepModel:
         expert_params = s.moe_layers * s.experts_per_token * s.expert_params
         body_params = s.active_params - s.lm_head_params - expert_params
         flops = 2.0 * body_params * tokens + 2.0 * s.lm_head_params * sampled
-        kv_tokens, pairs = s.attended(prefill_tokens, decode_seqs, kv_tokens, pairs)
+        kv_tokens, pairs = s.window_capped(prefill_tokens, decode_seqs, kv_tokens, pairs)
         # Decode attention: one (query, key) pair per cached token read.
         flops = flops + s.attn_flops_per_pair * (pairs + kv_tokens)
         expert_flops = 2.0 * expert_params * tokens
@@ -409,6 +412,30 @@ class StepModel:
                 wait_ms = wait_ms * (prefill_tokens > 0)
             overhead_ms = overhead_ms + wait_ms
         return compute_ms, memory_ms, comm_ms, overhead_ms, flops, nbytes
+
+    def context_capacity_tokens(self, context_tokens: float) -> int:
+        """The KV capacity in tokens of whole contexts, for requests that hold
+        ``context_tokens`` each on average: the reported capacity, except where the engine
+        frees the blocks that leave a sliding window (vLLM's hybrid KV cache manager). There
+        a request holds its whole context in the full-attention share of the layer groups and
+        its window (plus a block) in the rest, so more requests fit than the reported tokens
+        divided by their length. The reported tokens are blocks per group before vLLM 0.21,
+        and from it max concurrency x max_model_len, with each window group charged its
+        window less one plus a step's batched tokens, plus a block (``blocks_per_request``).
+        The share counts layers and the block is vLLM's default 16: exact for gpt-oss, a few
+        per cent off where vLLM pads uneven layer groups (Gemma 3)."""
+        share, window, block = self.kv_window_share, self.shape.sliding_window, 16.0
+        if not share or context_tokens <= 0:
+            return int(self.kv_capacity_tokens)
+
+        def held(tokens: float, window_tokens: float) -> float:  # per-group tokens
+            return (1.0 - share) * tokens + share * (min(tokens, window_tokens) + block)
+
+        scale = context_tokens / held(context_tokens, window)
+        top = self.max_model_len
+        if self.kv_reported_per_max_len and top:
+            scale *= held(top, window - 1 + self.max_num_batched_tokens) / top
+        return int(self.kv_capacity_tokens * scale)
 
     def eager_floor_ms(self) -> float:
         """The host's time to dispatch one step without CUDA graphs: the scheduler's share
@@ -502,7 +529,7 @@ class StepModel:
 
     def decode_line(self, decode_seqs: int) -> DecodeLine:
         """Pure-decode step time as a function of KV tokens: both roofline terms are linear
-        in the tokens attended (:meth:`DecodeLine.attended`); lets the simulator time long
+        in the tokens attended (:meth:`DecodeLine.attended_tokens`); lets the simulator time long
         runs of decode steps without calling the full model per step."""
         d = float(decode_seqs)
         graphs = replace(self, enforce_eager=False)
@@ -814,6 +841,7 @@ def _kv_window_share(dep: Deployment, shape: ModelShape) -> float:
 
 
 def _vllm_reports_per_max_len(dep: Deployment) -> bool:
+    """vLLM 0.21+ logs its KV cache as max concurrency x max_model_len (engine_policy)."""
     from .engine_policy import vllm_rules
 
     return vllm_rules(dep.engine_version).tokens_from_concurrency

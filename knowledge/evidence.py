@@ -230,11 +230,22 @@ def _summary_facts(a: Analysis, run: LoadedRun, note: str) -> None:
         a.put("run.cold_over_warm_ttft", s.cold.ttft_ms / warm_p50, src, note)
     if s.ttft_ms.mean and warm_p50:  # a tail of a few very slow first tokens lifts the mean
         a.put("run.ttft_mean_over_p50", s.ttft_ms.mean / warm_p50, src, note)
+    a.put("run.prompt_lengths_narrow", _narrow_prompt_lengths(run.config), "derived", note)
     if s.client_health.saturated:
         a.put("run.client_saturated", True, src, note)
         a.assumptions.append(
             f"The probe client was saturated during run {run.run_id}; its latencies are upper bounds."
         )
+
+
+def _narrow_prompt_lengths(config: dict[str, Any]) -> bool | None:
+    """Whether a probe's synthetic prompts were all about one length (fixed, or a spread of at
+    most 25 %), so that TTFT does not vary with the prompt; None where the run does not say
+    (a dataset, a trace, an imported file)."""
+    if config.get("dataset") or config.get("trace") or "input_distribution" not in config:
+        return None
+    spread = float(config.get("input_spread") or 0.0)
+    return config["input_distribution"] == "fixed" or spread <= 0.25
 
 
 def _series_facts(a: Analysis, run: LoadedRun, note: str) -> None:

@@ -213,7 +213,7 @@ def test_decode_line_matches_the_step_model_with_sliding_windows(kv):
     eff = Efficiency(0.5, 0.8, 1.5, 0.01, 12.0, 0.7)
     m = sliding(llama8b(eff, tensor_parallel_size=2), 128, 0.5)
     line = m.decode_line(48)
-    a = line.attended(kv)
+    a = line.attended_tokens(kv)
     assert max(line.c0 + line.c1 * a, line.m0 + line.m1 * a, line.floor) + line.fixed == (
         pytest.approx(m.step_ms(0, 48, kv))
     )
@@ -438,7 +438,9 @@ def test_gpt_oss_windows_half_its_layers_and_vllm_frees_them_from_the_hybrid_man
     )
     assert (new.shape.sliding_window, new.shape.sliding_share) == (128, 0.5)
     assert new.kv_window_share == 0.5 and not new.kv_reported_per_max_len
-    latest = StepModel.from_deployment(Deployment(model="openai/gpt-oss-20b", gpu="h100"))
+    latest = StepModel.from_deployment(
+        Deployment(model="openai/gpt-oss-20b", gpu="h100", engine_version="0.21.0")
+    )
     assert latest.kv_window_share == 0.5 and latest.kv_reported_per_max_len
     assert any("128-token window" in n for n in new.notes)
     sglang = StepModel.from_deployment(

@@ -96,40 +96,63 @@ def test_freed_sliding_window_blocks_let_more_requests_run():
 
 
 @pytest.mark.parametrize("every", [10, 40])
-def test_sglangs_receive_interval_makes_arrivals_wait_half_an_interval_of_decode_steps(every):
+@pytest.mark.parametrize("prefill_first", [True, False])
+def test_sglangs_receive_interval_makes_arrivals_wait_half_an_interval_of_decode_steps(
+    every, prefill_first
+):
     """SGLang --scheduler-recv-interval N: while decoding, new requests are taken in every N
     steps, so an arrival lands on average (N - 1) / 2 decode steps before the next intake
-    (desynchronised clients: output lengths vary)."""
+    (desynchronised clients: output lengths vary); with SGLang's prefill-only steps as
+    with mixed ones."""
     out = np.random.default_rng(0).integers(100, 500, 600)
     ttft = {}
     for n in (1, every):
-        res = simulate(model(recv_interval_steps=n), np.full(600, 200), out, concurrency=8)
+        m = model(recv_interval_steps=n, prefill_first=prefill_first)
+        res = simulate(m, np.full(600, 200), out, concurrency=8)
         ttft[n] = float(np.nanmean(load_stats(res).ttft_ms))
     step_ms = model().decode_ms(8, 500)
     assert ttft[every] - ttft[1] == pytest.approx((every - 1) / 2 * step_ms, rel=0.25)
 
 
-def test_window_capacity_follows_how_vllm_reports_the_kv_cache():
-    """Before vLLM 0.21 the reported tokens are blocks per layer group: a 2,000-token request
-    of a half-windowed model holds 1,000 + 72 of them, so 1.87x more such requests fit. From
-    0.21 vLLM reports max concurrency x max_model_len, having charged each window group its
-    window plus a step's batched tokens: the window saving is mostly in the figure already."""
+@pytest.mark.parametrize("context", [2_000, 20_000])
+def test_window_capacity_is_the_same_whichever_way_vllm_reports_the_kv_cache(context):
+    """One pool of blocks (gpt-oss's layout: a full and a 128-token window group) reported
+    as vLLM 0.20 does (blocks per group) and as 0.21 does (max concurrency x max_model_len):
+    both turn into the same whole-context capacity, within 1 % of counting the blocks a
+    request of that context holds (its context in the full group, its window and one block
+    in the other), and nearly twice the reported tokens divided by the context before 0.21."""
     from dataclasses import replace
 
-    from inferwise.calculators.batching_sim import window_kv_capacity
+    from inferwise.calculators import engine_policy as ep
 
-    base = model(kv_capacity_tokens=100_000, max_model_len=131_072)
-    old = replace(
+    layout = ep.KVLayout(("full", "sliding"), (18,), 1000, 16, 128)
+    per_stage, top, batched = [10**12], 131_072, 8192
+    old = ep.kv_capacity(layout, ep.vllm_rules("0.20.0"), per_stage, top, batched)
+    new = ep.kv_capacity(layout, ep.vllm_rules("0.21.0"), per_stage, top, batched)
+    base = model(max_model_len=top, max_num_batched_tokens=batched)
+    windowed = replace(
         base,
         shape=replace(base.shape, sliding_window=128, sliding_share=0.5),
         kv_window_share=0.5,
     )
-    new = replace(old, kv_reported_per_max_len=True)
-    assert window_kv_capacity(old, 2000).kv_capacity_tokens == pytest.approx(186_567, abs=1)
-    per_max_len = (65_536 + 0.5 * (127 + 8192 + 16)) / 131_072
-    assert window_kv_capacity(new, 2000).kv_capacity_tokens == pytest.approx(
-        186_567 * per_max_len, rel=1e-4
-    )
+    before = replace(windowed, kv_capacity_tokens=old.kv_cache_tokens)
+    after = replace(windowed, kv_capacity_tokens=new.kv_cache_tokens, kv_reported_per_max_len=True)
+    blocks_held = -(-context // 16) + (128 // 16 + 1)
+    truth = old.num_blocks / blocks_held * context
+    assert before.context_capacity_tokens(context) == pytest.approx(truth, rel=0.01)
+    assert after.context_capacity_tokens(context) == pytest.approx(truth, rel=0.01)
+    assert before.context_capacity_tokens(context) > 1.8 * old.kv_cache_tokens
+
+
+def test_a_decode_block_waits_for_the_receive_point_after_an_arrival():
+    """An arrival already past, 3 decode steps into a receive interval of 10: the block runs
+    the 7 steps to the next receive point and stops there (both the short and the long path)."""
+    from inferwise.calculators.batching_sim import _decode_block
+
+    line = model().decode_line(8)
+    for k in (30, 200):
+        times, end = _decode_block(line, 100.0, 8_000, 8, k, 50.0, every=10, since_recv=3)
+        assert len(times) == 7 and end == pytest.approx(100.0 + times.sum())
 
 
 def test_kv_exhaustion_preempts_and_still_completes_every_request():
