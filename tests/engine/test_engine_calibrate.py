@@ -7,15 +7,16 @@ predict concurrency 6 and 8 (beyond the four slots: requests queue) for exactly 
 loads and lengths.
 
 Stated tolerance: +-20 % of the probes for the TTFT mean and the output throughput at 6
-and 8: what the queue beyond the slots does to a user. The published factors, which know
-nothing of a one-thread CPU engine, miss them by 30-50 % and 90-140 %.
-``python -m bench.calibrate_engine`` prints the same figures and those not asserted, with
-why (four sweeps on a 2-core machine; asserted ones within -16..+15 %):
+and 8, and the ITL mean at 8: what the queue beyond the slots does to a user. The published
+factors, which know nothing of a one-thread CPU engine, miss them by 30-50 %, 90-140 % and
+about 35 %. ``python -m bench.calibrate_engine`` prints the same figures and those not
+asserted, with why (three sweeps on 2026-12-04, 2 cores: TTFT -11..+10 %, throughput
+-0.1..+3.8 %, ITL at 8 -8..-1 %):
 
-- ITL at 6 and 8: predicted 12-23 % low in three sweeps of four. The simulator admits the
-  queued requests of a wave together when slots free up, llama.cpp as each one arrives,
-  so its batch's decode is stalled by more, smaller prefills. A bias of the simulator,
-  stated, not hidden by a wider tolerance.
+- ITL at 6: predicted 10-12 % low (12-23 % in earlier sessions, before the per-sequence cost
+  was fitted from the loads). The simulator admits the queued requests of a wave together
+  when slots free up, llama.cpp as each one arrives, so its batch's decode is stalled by
+  more, smaller prefills. A bias of the simulator, stated, not hidden by a wider tolerance.
 - concurrency 2: llama.cpp's CPU matrix kernels make a two-sequence step cost about what a
   four-sequence one does (measured ITL 15-24 ms at 2, 14-23 ms at 4, 9-11 ms at 1, on CI's
   and this machine), which no step model linear in the batch represents; a calibration on
@@ -44,7 +45,10 @@ pytestmark = pytest.mark.engine
 TOLERANCE = 0.20
 FIT_LOADS = (1, 4)
 """One request alone and the four slots full: the two ends of the batch the engine runs."""
-ASSERTED = {6: ("ttft_ms", "output_tokens_per_s"), 8: ("ttft_ms", "output_tokens_per_s")}
+ASSERTED = {
+    6: ("ttft_ms", "output_tokens_per_s"),
+    8: ("ttft_ms", "itl_ms", "output_tokens_per_s"),
+}
 """Per predicted load, the metrics held to the tolerance (the rest is printed, see the
 module docstring)."""
 CPU = ["--gpu-memory-gib", "8", "--memory-bandwidth-gbps", "50", "--tflops", "0.1"]
