@@ -30,15 +30,24 @@ def workload_need_tokens(req: Any) -> int:
 
 def largest_fitting_context(req: Any) -> int | None:
     """The longest max_model_len that fits this deployment (None when the window is not
-    what fails: the weights alone do not fit, or it fits already)."""
+    what fails: the weights alone do not fit, or it fits already). For vLLM, under the
+    first install fact the request leaves unsaid that leaves room for any context (the
+    sampler, the MXFP4 MoE kernel: roofline.OPEN_FACT_PINS), as the step model does:
+    gpt-oss-120b on one H100 with vLLM 0.11 fits only with FlashInfer's sampler, whose
+    warm-up is smaller than PyTorch's, and GPUStack served it so."""
     from .deployment import Deployment
     from .fit import FitRequest, estimate_fit
+    from .roofline import OPEN_FACT_PINS
 
     fields = {k: getattr(req, k) for k in Deployment.model_fields}
-    fit = estimate_fit(FitRequest(**fields), with_suggestions=False)
-    if fit.fits or not fit.estimated_max_model_len:
-        return None
-    return int(fit.estimated_max_model_len) // BLOCK_TOKENS * BLOCK_TOKENS or None
+    pins = ({}, *OPEN_FACT_PINS) if fields.get("engine", "vllm") == "vllm" else ({},)
+    for pin in pins:
+        fit = estimate_fit(FitRequest(**{**fields, **pin}), with_suggestions=False)
+        if fit.fits:
+            return None
+        if fit.estimated_max_model_len:
+            return int(fit.estimated_max_model_len) // BLOCK_TOKENS * BLOCK_TOKENS or None
+    return None
 
 
 def with_fitting_context(req: R) -> tuple[R, str | None]:

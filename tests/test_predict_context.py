@@ -93,3 +93,16 @@ def test_no_install_fact_rescues_a_deployment_that_cannot_fit():
             PredictRequest(**{**GPT_OSS_H100, "gpu": "l40s"}, input_tokens=4000, output_tokens=200)
         )
     assert e.value.field == "model" and "does not fit" in e.value.message
+
+
+def test_the_longest_fitting_context_is_found_under_an_unsaid_install_fact_too():
+    """No max_model_len: gpt-oss-120b's 131k default does not fit one H100 under vLLM 0.11
+    with any sampler, and with PyTorch's sampler no context fits at all; under FlashInfer's,
+    about 126k tokens do. Predict assumes that window and the sampler, and says both."""
+    fields = {k: v for k, v in GPT_OSS_H100.items() if k != "max_model_len"}
+    r = predict_performance(
+        PredictRequest(**fields, input_tokens=8000, output_tokens=500, concurrency=8)
+    )
+    notes = " ".join(r.assumptions)
+    assert "the longest that fits" in notes and "flashinfer_sampler=True" in notes
+    assert r.ttft_ms.p50 > 0
