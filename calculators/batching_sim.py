@@ -651,6 +651,7 @@ def _decode_block(
         kv = kv0
         windowed = knee != math.inf
         for _ in range(k):
+            # DecodeLine.attended_tokens inlined: a method call per step costs here
             a = kv - share * (kv - knee) if windowed and kv > knee else kv
             dt_s = max(c0 + c1 * a, m0 + m1 * a, floor) + fixed
             now += dt_s

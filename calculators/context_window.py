@@ -40,7 +40,7 @@ def largest_fitting_context(req: Any) -> int | None:
     from .roofline import OPEN_FACT_PINS
 
     fields = {k: getattr(req, k) for k in Deployment.model_fields}
-    pins = ({}, *OPEN_FACT_PINS) if fields.get("engine", "vllm") == "vllm" else ({},)
+    pins = ({}, *OPEN_FACT_PINS) if fields["engine"] == "vllm" else ({},)
     for pin in pins:
         fit = estimate_fit(FitRequest(**{**fields, **pin}), with_suggestions=False)
         if fit.fits:

@@ -344,8 +344,8 @@ class StepModel:
     kv_window_share: float = 0.0
     """Share of the KV cache's layer groups that hold a request's sliding window only: vLLM's
     hybrid KV cache manager frees a sliding-window group's blocks once they leave the window
-    (0 where the engine caches those layers like full ones). The simulator turns the reported
-    tokens into whole-context capacity (batching_sim.window_kv_capacity)."""
+    (0 where the engine caches those layers like full ones). :meth:`context_capacity_tokens`
+    turns the reported tokens into whole-context capacity for the simulator and predict."""
     kv_reported_per_max_len: bool = False
     """How the reported KV tokens count: vLLM 0.21+ logs max concurrency x max_model_len (a
     window group charged its window plus a step's batched tokens at that length); before,
@@ -653,7 +653,7 @@ def shape_from_architecture(
         pair_flops = 2.0 * q * 2 * arch.head_dim
     moe = arch.moe
     moe_layers = len(moe.moe_layers) if moe is not None else 0
-    sliding = sum(1 for k in arch.layer_kinds if k == "sliding") if arch.sliding_window else 0
+    sliding = arch.layers_of_kind("sliding") if arch.sliding_window else 0
     attention = sum(1 for k in arch.layer_kinds if k in ATTENTION_KINDS)
     expert = expert_bytes = 0.0
     if moe is not None and counts.routed_experts:
