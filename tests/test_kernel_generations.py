@@ -20,7 +20,10 @@ R1 = {"model": "deepseek-ai/DeepSeek-R1", "gpu": "h200-sxm-141gb", "tensor_paral
     [
         ("vllm", "0.7.4", "nvidia", "mla-moe", EARLY),
         ("vllm", "0.7.4.dev181+gf35f8e22", "nvidia", "mla-moe", EARLY),
-        ("vllm", "0.8.0", "nvidia", "mla-moe", None),
+        # vLLM's defaults match the fitted run from 0.11.0 (DeepGEMM, full decode graphs)
+        ("vllm", "0.8.4", "nvidia", "mla-moe", EARLY),
+        ("vllm", "0.10.2", "nvidia", "mla-moe", EARLY),
+        ("vllm", "0.11.0", "nvidia", "mla-moe", None),
         ("sglang", "0.4.3.post2", "nvidia", "mla-moe", EARLY),
         ("sglang", "0.4.4", "nvidia", "mla-moe", None),
         ("trtllm", "0.17.post1.dev", "nvidia", "mla-moe", EARLY),
