@@ -1,8 +1,9 @@
 """How llama.cpp's decode step grows with the batch on this machine's CPU: figures.
 
-Issue 14 asks for a calibration on concurrency 1 and 2 that predicts 4 and 8. The engine test
-calibrates on 1 and 4 instead (tests/engine/test_engine_calibrate.py says why); this prints
-the measurement behind that choice. For each batch size b it sends b requests at once to a
+Issue 14 asks for a calibration on concurrency 1 and 2 that predicts 4 and 8; this prints the
+measurement that shows why a step time linear in the batch cannot pass through both, and so
+why the calibration fits a single sequence's step as a factor of its own
+(``single_seq_step_factor``, tests/engine/test_engine_calibrate.py). For each batch size b it sends b requests at once to a
 llama-server with 8 slots (one thread, the generated test model) and reads the server's own
 ``timings.predicted_per_token_ms``: with all b sequences decoding together from the first to
 the last token, that is the duration of one decode step of b sequences, free of prefill
@@ -14,7 +15,7 @@ On the development machine (2 cores, 2026-12-04, f16, both passes within 7 %) a 
 5.7 + 1.05 b ms, with b = 1 2.1 ms below that line (earlier runs: 5.3-6.7 at 1, 8.7-9.7 at 2,
 11.5-15.4 at 4, 17.3 at 8). A step model linear in the batch fitted on b = 1 and 2 draws the
 1 -> 2 jump as a per-sequence cost of 3.2 ms and over-predicts b = 4 by 36 % and b = 8 by
-91 %; fitted on 1 and 4 it stays within the spread up to the four slots the test uses.
+91 %; with b = 1 a factor of its own, the line from 2 on carries.
 
     python -m bench.llamacpp_step_shape [--dtype f16|f32] [--output-tokens 64]
 """

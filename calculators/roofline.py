@@ -219,6 +219,13 @@ class Efficiency:
     """Per request, outside the GPU: the API server's HTTP handling, tokenization and hand-off
     to the engine loop before the request can be scheduled. A latency every request's TTFT and
     E2E carry, not a cost of the step (it overlaps other requests' steps)."""
+    single_seq_step_factor: float = 1.0
+    """A decode step of one sequence alone takes this share of what the batched terms give:
+    a single sequence can run other kernels (matrix-vector) than a batch (matrix-matrix), and the two need
+    not sit on one line. llama.cpp's CPU backend (measured, bench/llamacpp_step_shape.py) takes
+    about half the time for one sequence that the line through batches 2-8 puts there. 1 = no
+    such difference (the published factors: their concurrency-1 rows fit without one); a user
+    calibration with concurrency 1 and another load fits it."""
     source: str = ""
 
     def describe(self) -> dict[str, float]:
@@ -237,6 +244,7 @@ class Efficiency:
             "compute_half_tokens": self.compute_half_tokens,
             "attn_seq_overhead_us": self.attn_seq_overhead_us,
             "request_overhead_ms": self.request_overhead_ms,
+            "single_seq_step_factor": self.single_seq_step_factor,
         }
 
     @property
@@ -411,6 +419,11 @@ class StepModel:
             if not self.enforce_eager:  # only the steps with prompt tokens (1/0 per step)
                 wait_ms = wait_ms * (prefill_tokens > 0)
             overhead_ms = overhead_ms + wait_ms
+        if e.single_seq_step_factor != 1.0:  # one sequence alone: matrix-vector kernels
+            solo = (decode_seqs == 1) * (prefill_tokens == 0)
+            scale = 1.0 + (e.single_seq_step_factor - 1.0) * solo
+            compute_ms, memory_ms = compute_ms * scale, memory_ms * scale
+            comm_ms, overhead_ms = comm_ms * scale, overhead_ms * scale
         return compute_ms, memory_ms, comm_ms, overhead_ms, flops, nbytes
 
     def context_capacity_tokens(self, context_tokens: float) -> int:

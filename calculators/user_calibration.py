@@ -9,6 +9,8 @@ depend on, from measured load points (:class:`bench_files.MeasuredPoint`):
 * ``compute_fraction``     scales the dense and MoE GEMM fractions (prefill, large batches);
 * ``bandwidth_fraction``   scales the weight and KV-cache bandwidth fractions (decode);
 * ``step_overhead_ms``     scales the per-step and per-layer fixed costs;
+* ``single_seq_step_factor`` how a step of one sequence alone compares with the line the
+  batched steps follow (matrix-vector kernels against matrix-matrix ones);
 * ``per_seq_overhead_ms``  the per-sequence cost in each step (sampling, detokenize);
 * ``request_overhead_ms``  a fixed cost per request outside the engine's steps
   (HTTP, tokenization, the client), added to TTFT and end-to-end latency.
@@ -52,6 +54,10 @@ POINT_NOISE_LOG = 0.10
 """What two probes of one load differ by (about 10 %): a fit this close has nothing left to explain."""
 PER_SEQ_GAIN = 0.7
 """A per-sequence cost fitted beyond its loads must take the rms log error below this share."""
+SINGLE_SEQ_ON_LINE = (0.85, 1.15)
+"""A fitted single-sequence factor within this band is noise around the batched line (two
+probes of one load differ by about 10 %); outside it the fit says the engine steps one
+sequence differently."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,9 @@ FACTORS = (
     Factor("compute_fraction", True, 0.01, 1.0, "prefill and large-batch GEMMs"),
     Factor("bandwidth_fraction", True, 0.02, 1.0, "decode steps reading weights and KV cache"),
     Factor("step_overhead_ms", True, 0.005, 200.0, "fixed cost of every engine step"),
+    Factor(
+        "single_seq_step_factor", True, 0.2, 2.0, "a step of one sequence alone (matrix-vector)"
+    ),
     Factor("per_seq_overhead_ms", True, 1e-4, 50.0, "per sequence in every step"),
     Factor("request_overhead_ms", False, 0.0, 30_000.0, "per request outside the engine's steps"),
 )
@@ -174,6 +183,8 @@ def _efficiency_at(start: Any, x: dict[str, float]) -> Any:
         fields["per_layer_overhead_us"] = start.per_layer_overhead_us * s
     if "per_seq_overhead_ms" in x:
         fields["per_seq_overhead_ms"] = x["per_seq_overhead_ms"]
+    if "single_seq_step_factor" in x:
+        fields["single_seq_step_factor"] = x["single_seq_step_factor"]
     return replace(start, **fields)
 
 
@@ -262,6 +273,7 @@ class _Problem:
             "bandwidth_fraction": s.bandwidth_fraction,
             "step_overhead_ms": max(s.step_overhead_ms, 0.01),
             "per_seq_overhead_ms": max(s.per_seq_overhead_ms, 1e-3),
+            "single_seq_step_factor": s.single_seq_step_factor,
             "request_overhead_ms": self.overhead0,
         }
 
@@ -440,6 +452,15 @@ def fit_deployment(
             "run", "the measurements cannot identify any factor: " + "; ".join(held.values())
         )
     fitted, rms = _least_squares(prob, base, r0, names, max_evaluations)
+    if _on_the_line(fitted, names):
+        # one sequence steps as the batch does: its ITL then tells the batched line too
+        names = [n for n in names if n != "single_seq_step_factor"]
+        held["single_seq_step_factor"] = (
+            f"fitted at {fitted['single_seq_step_factor']:.2f}, within "
+            f"{SINGLE_SEQ_ON_LINE[0]:.2f}-{SINGLE_SEQ_ON_LINE[1]:.2f}: one sequence alone steps "
+            "on the line the batches follow, so its ITL is kept for that line"
+        )
+        fitted, rms = _least_squares(prob, base, r0, names, max_evaluations)
     warnings = _load_warnings(points)
     if deferred and rms > POINT_NOISE_LOG and len(names) < len(r0):
         trial = [*names, "per_seq_overhead_ms"]
@@ -448,7 +469,15 @@ def fit_deployment(
             names, fitted = trial, fitted2
             held.pop("per_seq_overhead_ms")
             warnings.append(_per_seq_note(rms, rms2))
+    if "single_seq_step_factor" in names:
+        warnings.append(_single_seq_note(fitted["single_seq_step_factor"]))
     return _result(prob, base, fitted, names, held, r0, warnings)
+
+
+def _on_the_line(fitted: dict[str, float], names: list[str]) -> bool:
+    """Whether a fitted single-sequence factor is noise around the batched line."""
+    lo, hi = SINGLE_SEQ_ON_LINE
+    return "single_seq_step_factor" in names and lo <= fitted["single_seq_step_factor"] <= hi
 
 
 def _least_squares(
@@ -484,6 +513,17 @@ def _per_seq_note(rms: float, rms_with: float) -> str:
         f"per_seq_overhead_ms fitted from fewer than {MIN_LOADS_PER_SEQ} loads: without it the "
         f"points were {rms:.0%} off (rms log error), with it {rms_with:.0%}; it extrapolates ITL "
         "linearly over the batch, so measure a third load before trusting far loads"
+    )
+
+
+def _single_seq_note(factor: float) -> str:
+    """Why a single-sequence factor was fitted: one sequence alone steps off the line the
+    batches follow (the engine runs other kernels for a batch of one), so concurrency 1 no
+    longer tells that line."""
+    return (
+        f"a single sequence steps in {factor:.2f}x the time the batched steps' line gives "
+        "(single_seq_step_factor): the engine runs other kernels for a batch of one (llama.cpp's "
+        "CPU backend does); concurrency 1 is predicted with it, batches from 2 on follow the line"
     )
 
 

@@ -439,3 +439,61 @@ def test_a_rate_is_fitted_before_a_fixed_cost_that_explains_the_same_points() ->
     assert c64.concurrency == 64
     itl = simulate_point(calibrated, c64, fit.factors.request_overhead_ms)["itl_ms"]
     assert abs(itl / measured_values(c64)["itl_ms"] - 1) <= 0.25
+
+
+def test_a_single_sequence_off_the_batched_line_is_its_own_factor() -> None:
+    """llama.cpp's CPU backend steps one sequence in about half the time the line through
+    batches 2-8 gives (bench/llamacpp_step_shape.py). Measured at concurrency 1 and 2 on a
+    deployment that behaves so, the fit must read the 1 -> 2 jump as the single-sequence
+    factor, not as a per-sequence slope, and so predict concurrency 8 from the line."""
+    from dataclasses import replace
+
+    from inferwise.calculators.bench_files import MeasuredPoint
+    from inferwise.calculators.deployment import Deployment
+    from inferwise.calculators.roofline import StepModel
+    from inferwise.calculators.user_calibration import calibrated_efficiency, fit_deployment
+
+    dep = Deployment(model=MODEL, gpu="l4", max_num_seqs=8, max_model_len=4096)
+    published = StepModel.from_deployment(dep)
+    truth_eff = replace(published.efficiency, step_overhead_ms=6.0, single_seq_step_factor=0.5)
+    truth = StepModel.from_deployment(dep, truth_eff)
+
+    def measured(concurrency: int) -> MeasuredPoint:
+        base = MeasuredPoint(
+            source=f"c{concurrency}", tool="vllm-bench", concurrency=concurrency,
+            num_requests=12 * concurrency, input_tokens_mean=200.0, output_tokens_mean=64.0,
+        )  # fmt: skip
+        return base.model_copy(update=simulate_point(truth, base, 0.0))
+
+    fit = fit_deployment(
+        lambda e: StepModel.from_deployment(dep, e),
+        published.efficiency,
+        [measured(1), measured(2)],
+    )
+    assert "single_seq_step_factor" in fit.fitted
+    assert "per_seq_overhead_ms" not in fit.fitted
+    factor = fit.factors.efficiency["single_seq_step_factor"]
+    assert 0.4 <= factor <= 0.6
+    calibrated = StepModel.from_deployment(
+        dep, calibrated_efficiency(published.efficiency, fit.factors)
+    )
+    c8 = measured(8)
+    itl = simulate_point(calibrated, c8, fit.factors.request_overhead_ms)["itl_ms"]
+    assert abs(itl / measured_values(c8)["itl_ms"] - 1) <= 0.10
+    assert any("single sequence" in w for w in fit.warnings)
+
+
+def test_the_single_sequence_factor_scales_only_a_lone_decode_step() -> None:
+    from dataclasses import replace
+
+    from inferwise.calculators.deployment import Deployment
+    from inferwise.calculators.roofline import StepModel
+
+    dep = Deployment(model=MODEL, gpu="h100-sxm-80gb")
+    base = StepModel.from_deployment(dep)
+    half = base.with_efficiency(replace(base.efficiency, single_seq_step_factor=0.5))
+    assert half.step_ms(0, 1, 1000) == pytest.approx(0.5 * base.step_ms(0, 1, 1000))
+    assert half.step_ms(0, 2, 2000) == pytest.approx(base.step_ms(0, 2, 2000))
+    assert half.step_ms(500, 1, 1000) == pytest.approx(base.step_ms(500, 1, 1000))
+    line = half.decode_line(1)
+    assert line.fixed == pytest.approx(0.5 * base.decode_line(1).fixed)
