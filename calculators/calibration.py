@@ -37,6 +37,7 @@ _KEYS = (
     "compute_half_tokens",
     "attn_seq_overhead_us",
     "request_overhead_ms",
+    "single_seq_step_factor",
 )
 
 

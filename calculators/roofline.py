@@ -221,8 +221,8 @@ class Efficiency:
     E2E carry, not a cost of the step (it overlaps other requests' steps)."""
     single_seq_step_factor: float = 1.0
     """A decode step of one sequence alone takes this share of what the batched terms give:
-    a single sequence can run other kernels (matrix-vector) than a batch (matrix-matrix), and the two need
-    not sit on one line. llama.cpp's CPU backend (measured, bench/llamacpp_step_shape.py) takes
+    a single sequence can run other kernels (matrix-vector) than a batch (matrix-matrix),
+    and the two need not sit on one line. The host's eager dispatch floor is not scaled. llama.cpp's CPU backend (measured, bench/llamacpp_step_shape.py) takes
     about half the time for one sequence that the line through batches 2-8 puts there. 1 = no
     such difference (the published factors: their concurrency-1 rows fit without one); a user
     calibration with concurrency 1 and another load fits it."""
@@ -413,17 +413,18 @@ class StepModel:
         overhead_ms = overhead + layers_ms + e.per_seq_overhead_ms * sampled
         if e.attn_seq_overhead_us:
             overhead_ms = overhead_ms + e.attn_seq_overhead_us * 1e-3 * decode_seqs * s.num_layers
+        if e.single_seq_step_factor != 1.0:  # one sequence alone: its own kernels;
+            # the GPU's time scales, not the host's eager dispatch floor below
+            solo = (decode_seqs == 1) * (prefill_tokens == 0)
+            scale = 1.0 + (e.single_seq_step_factor - 1.0) * solo
+            compute_ms, memory_ms = compute_ms * scale, memory_ms * scale
+            comm_ms, overhead_ms = comm_ms * scale, overhead_ms * scale
         if self.enforce_eager or self.prefill_eager:  # the GPU waits for the host's dispatch
             gpu_ms = _maximum(compute_ms, memory_ms) + comm_ms + overhead_ms
             wait_ms = _maximum(0.0 * gpu_ms, self.eager_floor_ms() - gpu_ms)
             if not self.enforce_eager:  # only the steps with prompt tokens (1/0 per step)
                 wait_ms = wait_ms * (prefill_tokens > 0)
             overhead_ms = overhead_ms + wait_ms
-        if e.single_seq_step_factor != 1.0:  # one sequence alone: matrix-vector kernels
-            solo = (decode_seqs == 1) * (prefill_tokens == 0)
-            scale = 1.0 + (e.single_seq_step_factor - 1.0) * solo
-            compute_ms, memory_ms = compute_ms * scale, memory_ms * scale
-            comm_ms, overhead_ms = comm_ms * scale, overhead_ms * scale
         return compute_ms, memory_ms, comm_ms, overhead_ms, flops, nbytes
 
     def context_capacity_tokens(self, context_tokens: float) -> int:
@@ -887,7 +888,8 @@ def _generation_note(dep: Deployment, generation: str) -> str:
 
     g = generation_factors(generation)
     return (
-        f"{dep.engine} {dep.engine_version} predates the kernels the factors were fitted on: "
+        f"{dep.engine} {dep.engine_version} runs without the kernels the factors were fitted "
+        "on (older, or not yet on by default): "
         f"its kernel rates are {float(g['kernel_fraction']):.2f}x (data/efficiency.toml "
         f"[generation.{generation}]: {g.get('applies', '')})"
     )

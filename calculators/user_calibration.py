@@ -339,7 +339,7 @@ def probe_value(prob: _Problem, f: Factor, value: float) -> float:
 
 
 def identifiable(
-    prob: _Problem, base: dict[str, float], r0: Any
+    prob: _Problem, base: dict[str, float], r0: Any, exclude: tuple[str, ...] = ()
 ) -> tuple[list[str], dict[str, str], bool]:
     """The factors the points can fix, the others with why not, and whether the
     per-sequence cost was held only for want of loads (fit_deployment may still add it).
@@ -358,9 +358,14 @@ def identifiable(
     chosen: list[str] = []
     basis: list[Any] = []
     deferred = False
+    lone = any(p.concurrency == 1 for p in prob.points)
     for f in FACTORS:
         col = cols[f.name]
-        if float(np.linalg.norm(col)) / math.sqrt(n) < SENSITIVITY_FLOOR:
+        if f.name in exclude:
+            continue  # the caller says why
+        if f.name == "single_seq_step_factor" and not lone:
+            held[f.name] = "no point at concurrency 1, where a sequence steps alone"
+        elif float(np.linalg.norm(col)) / math.sqrt(n) < SENSITIVITY_FLOOR:
             held[f.name] = f"the points do not depend on it ({f.why})"
         elif f.name == "per_seq_overhead_ms" and loads < MIN_LOADS_PER_SEQ:
             held[f.name] = (
@@ -453,13 +458,15 @@ def fit_deployment(
         )
     fitted, rms = _least_squares(prob, base, r0, names, max_evaluations)
     if _on_the_line(fitted, names):
-        # one sequence steps as the batch does: its ITL then tells the batched line too
-        names = [n for n in names if n != "single_seq_step_factor"]
-        held["single_seq_step_factor"] = (
+        # one sequence steps as the batch does: its ITL then tells the batched line too, and
+        # what was held for overlapping with the factor is identified again without it
+        why = (
             f"fitted at {fitted['single_seq_step_factor']:.2f}, within "
             f"{SINGLE_SEQ_ON_LINE[0]:.2f}-{SINGLE_SEQ_ON_LINE[1]:.2f}: one sequence alone steps "
             "on the line the batches follow, so its ITL is kept for that line"
         )
+        names, held, deferred = identifiable(prob, base, r0, exclude=("single_seq_step_factor",))
+        held["single_seq_step_factor"] = why
         fitted, rms = _least_squares(prob, base, r0, names, max_evaluations)
     warnings = _load_warnings(points)
     if deferred and rms > POINT_NOISE_LOG and len(names) < len(r0):

@@ -108,6 +108,10 @@ def test_calibrating_on_two_low_loads_predicts_higher_loads(db, capsys) -> None:
     assert {"compute_fraction", "bandwidth_fraction"} <= set(out["fitted"])
     # two loads fitted within a probe's noise without it: the per-sequence cost stays published
     assert "third load" in out["held"]["per_seq_overhead_ms"]
+    # one sequence steps on the batches' line here (as on GPUs): the factor is held at 1 and
+    # the concurrency-1 ITL draws the line
+    assert "within 0.85" in out["held"]["single_seq_step_factor"]
+    assert out["factors"]["efficiency"]["single_seq_step_factor"] == 1.0
     assert [p["load"] for p in out["points"]] == ["concurrency 1", "concurrency 4"]
     assert set(out["residual_spread"]) == {"ttft_ms", "itl_ms", "output_tokens_per_s"}
     assert [p["source"] for p in out["provenance"]][0].endswith("vllm_c1.json")
@@ -196,6 +200,25 @@ def test_bad_inputs_exit_2_and_store_nothing(db, capsys, tmp_path) -> None:
         main(["calibrate", "--name", "../x", *DEP, "--from-file", str(DATA / "vllm_c1.json")]) == 2
     )
     assert _calibrations(db) == 0
+
+
+def test_a_calibration_stored_before_a_factor_existed_still_shows(db, capsys) -> None:
+    """Calibrations stored before single_seq_step_factor was added lack it: they show, and
+    predict with them, as 1 (no single-sequence difference)."""
+    import sqlite3
+
+    argv = ["calibrate", "--name", "old", *DEP, "--from-file", str(DATA / "vllm_c1.json")]
+    assert main([*argv, str(DATA / "vllm_c4.json")]) == 0
+    capsys.readouterr()
+    with sqlite3.connect(db) as con:
+        (body,) = con.execute("SELECT body FROM calibrations WHERE name = 'old'").fetchone()
+        stored = json.loads(body)
+        for part in ("factors", "published"):
+            stored[part]["efficiency"].pop("single_seq_step_factor")
+        con.execute("UPDATE calibrations SET body = ? WHERE name = 'old'", (json.dumps(stored),))
+    assert main(["calibrations", "show", "old"]) == 0
+    assert "| single_seq_step_factor | 1.0000 | 1.0000 |" in capsys.readouterr().out
+    assert main(["predict", *DEP, "--calibration", "old"]) == 0
 
 
 def test_calibrations_list_show_delete(db, capsys) -> None:
@@ -497,3 +520,10 @@ def test_the_single_sequence_factor_scales_only_a_lone_decode_step() -> None:
     assert half.step_ms(500, 1, 1000) == pytest.approx(base.step_ms(500, 1, 1000))
     line = half.decode_line(1)
     assert line.fixed == pytest.approx(0.5 * base.decode_line(1).fixed)
+    # without CUDA graphs the host's dispatch floor stays: the simulator's decode line and
+    # the step model agree on it
+    eager = replace(half, enforce_eager=True)
+    line = eager.decode_line(1)
+    from_line = max(line.c0 + line.c1 * 1000, line.m0 + line.m1 * 1000, line.floor) + line.fixed
+    assert from_line == pytest.approx(eager.step_ms(0, 1, 1000))
+    assert eager.step_ms(0, 1, 1000) >= eager.eager_floor_ms()
