@@ -391,6 +391,11 @@ class ModelArchitecture:
         return sum(1 for k in self.layer_kinds if k == kind)
 
     @property
+    def attention_layers(self) -> int:
+        """Layers that attend over cached tokens (and so hold KV): every ATTENTION_KINDS layer."""
+        return sum(1 for k in self.layer_kinds if k in ATTENTION_KINDS)
+
+    @property
     def is_hybrid_ssm(self) -> bool:
         """Some layers keep a per-sequence recurrent state (Mamba, DeltaNet)."""
         return self.ssm is not None and any(k in STATE_KINDS for k in self.layer_kinds)

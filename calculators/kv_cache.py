@@ -218,8 +218,7 @@ def kv_bytes_per_token(
             counts[arch.layer_kinds[i]] = counts.get(arch.layer_kinds[i], 0) + 1
         stages.append(counts)
     per_gpu = max(sum(per_layer.get(k, 0) * n for k, n in s.items()) for s in stages)
-    attention_layers = sum(1 for k in arch.layer_kinds if k in ATTENTION_KINDS)
-    total = per_layer_bytes * attention_layers * tp
+    total = per_layer_bytes * arch.attention_layers * tp
     notes: list[str] = []
     state = None
     if arch.is_hybrid_ssm:

@@ -222,9 +222,9 @@ class Efficiency:
     single_seq_step_factor: float = 1.0
     """A decode step of one sequence alone takes this share of what the batched terms give:
     a single sequence can run other kernels (matrix-vector) than a batch (matrix-matrix),
-    and the two need not sit on one line. The host's eager dispatch floor is not scaled. llama.cpp's CPU backend (measured, bench/llamacpp_step_shape.py) takes
-    about half the time for one sequence that the line through batches 2-8 puts there. 1 = no
-    such difference (the published factors: their concurrency-1 rows fit without one); a user
+    and the two need not sit on one line. The host's eager dispatch floor is not scaled.
+    llama.cpp's CPU backend (measured, bench/llamacpp_step_shape.py) takes about half the
+    time for one sequence that the line through batches 2-8 puts there. 1 = no such difference (the published factors: their concurrency-1 rows fit without one); a user
     calibration with concurrency 1 and another load fits it."""
     source: str = ""
 
@@ -634,7 +634,6 @@ def shape_from_architecture(
     head runs only for sampled tokens, and embeddings are looked up rather
     than multiplied.
     """
-    from .architecture import ATTENTION_KINDS
     from .params import count_parameters, weight_bytes
 
     counts = count_parameters(arch)
@@ -668,7 +667,6 @@ def shape_from_architecture(
     moe = arch.moe
     moe_layers = len(moe.moe_layers) if moe is not None else 0
     sliding = arch.layers_of_kind("sliding") if arch.sliding_window else 0
-    attention = sum(1 for k in arch.layer_kinds if k in ATTENTION_KINDS)
     expert = expert_bytes = 0.0
     if moe is not None and counts.routed_experts:
         expert = counts.routed_experts / (moe.num_experts * moe_layers)
@@ -684,7 +682,7 @@ def shape_from_architecture(
         dense_weight_bytes=float(dense_bytes),
         kv_bytes_per_token=kv_bytes_per_token,
         sliding_window=int(arch.sliding_window or 0) if sliding else 0,
-        sliding_share=sliding / attention if sliding else 0.0,
+        sliding_share=sliding / arch.attention_layers if sliding else 0.0,
         num_experts=moe.num_experts if moe else 0,
         experts_per_token=moe.experts_per_token if moe else 0,
         expert_params=expert,

@@ -339,7 +339,7 @@ def probe_value(prob: _Problem, f: Factor, value: float) -> float:
 
 
 def identifiable(
-    prob: _Problem, base: dict[str, float], r0: Any, exclude: tuple[str, ...] = ()
+    prob: _Problem, cols: dict[str, Any], r0: Any, exclude: tuple[str, ...] = ()
 ) -> tuple[list[str], dict[str, str], bool]:
     """The factors the points can fix, the others with why not, and whether the
     per-sequence cost was held only for want of loads (fit_deployment may still add it).
@@ -348,10 +348,10 @@ def identifiable(
     points depend on it and its effect is not (nearly) a combination of those already
     chosen. Two points that a bandwidth fraction and a per-sequence cost explain equally
     well keep the rate, whose shape over the batch (experts touched, KV read) is the
-    engine's; a per-sequence cost would extrapolate the same two points linearly."""
+    engine's; a per-sequence cost would extrapolate the same two points linearly.
+    ``cols``: each factor's effect on the residuals (:func:`_sensitivities`)."""
     import numpy as np
 
-    cols = _sensitivities(prob, base, r0)
     n = max(1, len(r0))
     loads = len({p.load_label for p in prob.points})
     held: dict[str, str] = {}
@@ -451,7 +451,8 @@ def fit_deployment(
         )
     base = prob.start_values()
     r0 = np.asarray(prob.residuals(base))
-    names, held, deferred = identifiable(prob, base, r0)
+    cols = _sensitivities(prob, base, r0)  # one simulation per factor: measured once
+    names, held, deferred = identifiable(prob, cols, r0)
     if not names:
         raise InputError(
             "run", "the measurements cannot identify any factor: " + "; ".join(held.values())
@@ -465,7 +466,7 @@ def fit_deployment(
             f"{SINGLE_SEQ_ON_LINE[0]:.2f}-{SINGLE_SEQ_ON_LINE[1]:.2f}: one sequence alone steps "
             "on the line the batches follow, so its ITL is kept for that line"
         )
-        names, held, deferred = identifiable(prob, base, r0, exclude=("single_seq_step_factor",))
+        names, held, deferred = identifiable(prob, cols, r0, exclude=("single_seq_step_factor",))
         held["single_seq_step_factor"] = why
         fitted, rms = _least_squares(prob, base, r0, names, max_evaluations)
     warnings = _load_warnings(points)
