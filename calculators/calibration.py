@@ -88,7 +88,8 @@ def load_efficiency(
     """Calibrated factors for a catalog GPU (``catalog.GPU``) served by `engine`; with a
     ``generation`` (:func:`kernel_generation`), that kernel generation's rates."""
     merged, used = efficiency_layers(gpu.id, gpu.vendor, engine, table)
-    if generation is not None:
+    if generation is not None:  # its GEMM rates, not its attention kernels (Efficiency doc)
+        merged.setdefault("attention_compute_fraction", merged["compute_fraction"])
         _apply_generation(merged, used, generation, table)
     latency = merged["allreduce_latency_us"]
     return Efficiency(
@@ -112,6 +113,7 @@ def load_efficiency(
         compute_half_tokens=float(merged.get("compute_half_tokens", 0.0)),
         attn_seq_overhead_us=float(merged.get("attn_seq_overhead_us", 0.0)),
         request_overhead_ms=float(merged.get("request_overhead_ms", 0.0)),
+        attention_compute_fraction=merged.get("attention_compute_fraction"),
         source=f"data/efficiency.toml [{', '.join(used)}]: {merged.get('source', '')}",
     )
 

@@ -166,6 +166,10 @@ class Hardware:
     tensor-parallel group larger than this crosses the scale-out network."""
     scale_out_gb_per_s: float = SCALE_OUT_GB_PER_S
     """Per GPU, one direction, between nodes."""
+    attention_tflops: float = 0.0
+    """Dense 16-bit peak, the rate attention's score and value products run at: engines
+    quantize the weights' GEMMs to FP8/FP4 but run FlashAttention-style kernels on BF16
+    queries, keys and values (0: the same as ``peak_tflops``)."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +223,11 @@ class Efficiency:
     """Per request, outside the GPU: the API server's HTTP handling, tokenization and hand-off
     to the engine loop before the request can be scheduled. A latency every request's TTFT and
     E2E carry, not a cost of the step (it overlaps other requests' steps)."""
+    attention_compute_fraction: float | None = None
+    """Achievable fraction of the 16-bit peak in attention's score and value products
+    (FlashAttention-style kernels); None = compute_fraction. Kept apart so that a kernel
+    generation's GEMM rates (data/efficiency.toml [generation.*]) do not scale it: the
+    attention kernels of those releases were the FlashAttention ones of today."""
     single_seq_step_factor: float = 1.0
     """A decode step of one sequence alone takes this share of what the batched terms give:
     a single sequence can run other kernels (matrix-vector) than a batch (matrix-matrix),
@@ -254,6 +263,10 @@ class Efficiency:
     @property
     def moe_fraction(self) -> float:
         return self.moe_compute_fraction if self.moe_compute_fraction else self.compute_fraction
+
+    @property
+    def attention_fraction(self) -> float:
+        return self.attention_compute_fraction or self.compute_fraction
 
 
 class DecodeLine(NamedTuple):
@@ -377,14 +390,19 @@ class StepModel:
         body_params = s.active_params - s.lm_head_params - expert_params
         flops = 2.0 * body_params * tokens + 2.0 * s.lm_head_params * sampled
         kv_tokens, pairs = s.window_capped(prefill_tokens, decode_seqs, kv_tokens, pairs)
-        # Decode attention: one (query, key) pair per cached token read.
-        flops = flops + s.attn_flops_per_pair * (pairs + kv_tokens)
+        # Attention: one (query, key) pair per prompt pair and per cached token a decode reads,
+        # at the 16-bit rate whatever the weights' GEMMs run in.
+        attn_flops = s.attn_flops_per_pair * (pairs + kv_tokens)
         expert_flops = 2.0 * expert_params * tokens
         peak = hw.peak_tflops * 1e12 * tp
+        attn_peak = (hw.attention_tflops or hw.peak_tflops) * 1e12 * tp
         if e.compute_half_tokens > 0:  # few-row GEMMs run further from peak
             peak = peak * (tokens + 1e-9) / (tokens + 1e-9 + e.compute_half_tokens)
-        compute_ms = (flops / e.compute_fraction + expert_flops / e.moe_fraction) / peak * 1e3
-        flops = flops + expert_flops
+        compute_ms = (
+            (flops / e.compute_fraction + expert_flops / e.moe_fraction) / peak
+            + attn_flops / e.attention_fraction / attn_peak
+        ) * 1e3
+        flops = flops + attn_flops + expert_flops
         # Bytes: weights (dense + touched experts) + KV of the whole batch, split over TP.
         weight_bytes = s.dense_weight_bytes
         if s.num_experts:
@@ -744,6 +762,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
     hw = Hardware(
         name=gpu.id,
         peak_tflops=_peak_tflops(gpu, dtype_key),
+        attention_tflops=_peak_tflops(gpu, "bf16"),
         bandwidth_gb_per_s=gpu.memory_bandwidth_gb_per_s,
         interconnect=gpu.interconnect,
         link_gb_per_s=gpu.interconnect_bandwidth_gb_per_s,

@@ -47,6 +47,11 @@ def test_an_early_release_gets_the_generations_rates_and_names_them():
     )
     assert early.efficiency.moe_fraction == pytest.approx(current.efficiency.moe_fraction * k)
     assert early.efficiency.step_overhead_ms == current.efficiency.step_overhead_ms
+    # the releases' FlashAttention kernels were today's: attention keeps today's rate
+    assert early.efficiency.attention_fraction == pytest.approx(current.efficiency.compute_fraction)
+    assert early.efficiency.compute_fraction == pytest.approx(
+        current.efficiency.compute_fraction * k
+    )
     assert any(f"[generation.{EARLY}]" in n for n in early.notes)
     assert f"generation.{EARLY}" in early.efficiency.source
     assert early.decode_ms(8, 4000) > current.decode_ms(8, 4000)

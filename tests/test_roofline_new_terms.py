@@ -49,8 +49,15 @@ def test_the_gemm_ramp_slows_small_steps_and_spares_big_prefills():
     ramp = model(replace(BASE, compute_half_tokens=half))
     flat = model(BASE)
     for tokens in (64, 2048, 8192):
-        ratio = ramp.breakdown(tokens, 0, 0).compute_ms / flat.breakdown(tokens, 0, 0).compute_ms
-        assert ratio == pytest.approx((tokens + half) / tokens, rel=1e-6)
+        # no attention pairs: the ramp is the GEMMs', attention kernels are not few-row GEMMs
+        gemms = [m.breakdown(tokens, 0, 0, prefill_pairs=0.0).compute_ms for m in (ramp, flat)]
+        assert gemms[0] / gemms[1] == pytest.approx((tokens + half) / tokens, rel=1e-6)
+        pairs = tokens * tokens / 2.0
+        attention = [
+            m.breakdown(tokens, 0, 0, pairs).compute_ms - g
+            for m, g in zip((ramp, flat), gemms, strict=True)
+        ]
+        assert attention[0] == pytest.approx(attention[1], rel=1e-9)
 
 
 def test_decode_attention_pays_per_sequence_per_layer():
