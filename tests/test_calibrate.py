@@ -398,7 +398,8 @@ def test_recommend_uses_the_calibration_on_its_gpu_only(db, capsys) -> None:
     same = [(c, pub_by[key(c)]) for c in cal["candidates"] if key(c) in pub_by]
     assert same
     for c, p in same:
-        assert c["predicted"]["itl_ms"]["p50"] > 1.2 * p["predicted"]["itl_ms"]["p50"]
+        # the fixture decodes about 15 % slower than the published H100 factors predict
+        assert c["predicted"]["itl_ms"]["p50"] > 1.1 * p["predicted"]["itl_ms"]["p50"]
     mixed = _json(capsys, [*args, "--gpus", "h100,l40s", "--calibration", "h100"])
     for c in mixed["candidates"]:
         assert c["calibration"] == ("h100" if c["gpu"] == "h100-sxm-80gb" else None), c["gpu"]

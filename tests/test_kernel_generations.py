@@ -109,7 +109,8 @@ def test_sglang_and_vllm_v0_run_prompt_steps_without_cuda_graphs():
     assert not v1.prefill_eager and not trt.prefill_eager
     assert any("without CUDA graphs" in n for n in sglang.notes)
     floor = sglang.eager_floor_ms()
-    assert sglang.step_ms(64, 0, 0) >= floor > v1.step_ms(64, 0, 0)
+    assert sglang.step_ms(64, 0, 0) >= floor * (1 - 1e-9)
+    assert floor > v1.step_ms(64, 0, 0)
     assert sglang.decode_ms(8, 1000) < floor / 2  # decode steps replay their graph
     # a long prompt hides the dispatch behind the GPU's work: no floor on top of it
     gpu_bound = sglang.breakdown(60_000, 0, 0)

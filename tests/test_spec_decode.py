@@ -81,7 +81,7 @@ def test_low_batch_speedup_is_tau_times_the_step_cost_ratio() -> None:
     acc = sd.Acceptance(alpha=sd.alpha_from_tau(3.0, 3), source="test", measured=((3, 3.0),))
     expected = 3.0 * weights_ms / (weights_ms + c["ngram_cpu_ms"] + c["spec_step_overhead_ms"])
     assert sd.itl_speedup(_ngram(model), model, acc, 1, 0, 3) == pytest.approx(expected)
-    assert 2.5 < expected < 3.0
+    assert 2.4 < expected < 3.0
 
 
 def test_high_batch_verify_is_compute_bound_and_speculation_is_off() -> None:
@@ -92,7 +92,7 @@ def test_high_batch_verify_is_compute_bound_and_speculation_is_off() -> None:
     assert sd.verify_ms(model, 512, 0, 3) == pytest.approx(2 * body * 2048 / 1e15 * 1e3)
     acc = sd.Acceptance(alpha=sd.alpha_from_tau(2.0, 3), source="test", measured=((3, 2.0),))
     gain = sd.itl_speedup(_ngram(model), model, acc, 512, 0, 3)
-    assert gain == pytest.approx(2.0 * (2 * body * 512 / 1e15 * 1e3) / (30.62 + 1.34), rel=2e-3)
+    assert gain == pytest.approx(2.0 * (2 * body * 512 / 1e15 * 1e3) / (30.62 + 1.57), rel=2e-3)
     assert gain < 1.0
     assert sd._best_k(_ngram(model), model, acc, 512, 0)[0] is None
     assert sd._best_k(_ngram(model), model, acc, 1, 0)[0] is not None
@@ -340,7 +340,7 @@ def test_held_out_published_speedups() -> None:
     """vLLM issue #20780 (Llama-3.1-8B-Instruct on H100, batch 1, MT-Bench): EAGLE-1 and
     EAGLE-3 speed-ups for K = 2..7, the measured acceptance lengths as inputs. Never used to
     set any factor (the overheads come from vLLM PR #16035). At this writing the model is
-    6-7 % low for EAGLE-1 and 9-24 % high for EAGLE-3 (bench/spec_decode_accuracy.py)."""
+    6-7 % low for EAGLE-1 and 9-25 % high for EAGLE-3 (bench/spec_decode_accuracy.py)."""
     from bench.spec_decode_accuracy import calibrate, load_cases, predicted_speedups
 
     cases = load_cases()
