@@ -96,6 +96,10 @@ class ModelShape:
     sliding_share: float = 0.0
     """Share of the attention layers that are sliding-window layers: that share of
     ``kv_bytes_per_token`` and ``attn_flops_per_pair`` stops growing past the window."""
+    window_is_chunk: bool = False
+    """The window describes Llama 4's chunked local attention, not a sliding window: a query
+    sees the keys of its own chunk of C tokens, C/2 on average once a context spans chunks,
+    so those layers are timed as a window of C/2. The KV capacity is not touched by it."""
 
     def window_capped(self, prefill_tokens: Any, decode_seqs: Any, kv_tokens: Any, pairs: Any):
         """Cached tokens read and (query, key) pairs scored, in full-layer equivalents: the
@@ -685,6 +689,10 @@ def shape_from_architecture(
     moe = arch.moe
     moe_layers = len(moe.moe_layers) if moe is not None else 0
     sliding = arch.layers_of_kind("sliding") if arch.sliding_window else 0
+    window = int(arch.sliding_window or 0) if sliding else 0
+    chunked = arch.layers_of_kind("chunked") if arch.attention_chunk_size else 0
+    if chunked and not sliding:  # no catalog model has both; timed as a C/2 window
+        sliding, window = chunked, max(1, int(arch.attention_chunk_size) // 2)
     expert = expert_bytes = 0.0
     if moe is not None and counts.routed_experts:
         expert = counts.routed_experts / (moe.num_experts * moe_layers)
@@ -696,11 +704,12 @@ def shape_from_architecture(
         dense_params=float(dense),
         # only attention layers score token pairs (hybrids' Mamba layers do not)
         attn_flops_per_pair=pair_flops
-        * sum(1 for k in arch.layer_kinds if k in ("full", "sliding", "mla")),
+        * sum(1 for k in arch.layer_kinds if k in ("full", "sliding", "chunked", "mla")),
         dense_weight_bytes=float(dense_bytes),
         kv_bytes_per_token=kv_bytes_per_token,
-        sliding_window=int(arch.sliding_window or 0) if sliding else 0,
+        sliding_window=window,
         sliding_share=sliding / arch.attention_layers if sliding else 0.0,
+        window_is_chunk=bool(chunked) and not arch.layers_of_kind("sliding"),
         num_experts=moe.num_experts if moe else 0,
         experts_per_token=moe.experts_per_token if moe else 0,
         expert_params=expert,
@@ -792,7 +801,13 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
             "pipeline parallelism modelled as sequential stages (one micro-batch in flight): "
             "latency right, throughput pessimistic"
         )
-    if shape.sliding_window:
+    if shape.sliding_window and shape.window_is_chunk:
+        notes.append(
+            f"{shape.sliding_share:.0%} of the attention layers attend within chunks of "
+            f"{2 * shape.sliding_window:,} tokens: timed as reading and scoring "
+            f"{shape.sliding_window:,} cached tokens per sequence (half a chunk, the mean)"
+        )
+    elif shape.sliding_window:
         notes.append(
             f"{shape.sliding_share:.0%} of the attention layers see a {shape.sliding_window:,}-token "
             "window: they read and score at most that many cached tokens per sequence"
@@ -866,7 +881,7 @@ def _kv_window_share(dep: Deployment, shape: ModelShape) -> float:
     is reported for such models is not modelled here: their window layers count as full)."""
     from .engine_policy import vllm_rules
 
-    if not shape.sliding_window or dep.engine != "vllm":
+    if not shape.sliding_window or shape.window_is_chunk or dep.engine != "vllm":
         return 0.0
     return shape.sliding_share if vllm_rules(dep.engine_version).hybrid_kv_manager else 0.0
 

@@ -339,3 +339,31 @@ def test_kimi_k2_total_and_active_through_the_deepseek_reader():
     assert near(counts.active_per_token, 32e9, 0.03)  # "32B activated"
     # MLA latent, 64 heads or not: (512 + 64) x 2 bytes x 61 layers
     assert kv_bytes_per_token(arch, "auto").per_gpu == 61 * 576 * 2
+
+
+def test_llama4_chunked_layers_score_pairs_within_their_chunk():
+    """The step model times Llama 4's chunked layers as half a chunk of keys per query (the
+    mean once a context spans chunks): their prompt pairs count, long contexts stop growing
+    their reads, and the KV capacity is left to the fit's own chunk rules."""
+    from inferwise.calculators.deployment import Deployment
+    from inferwise.calculators.roofline import StepModel
+
+    dep = Deployment(
+        model=str(CONFIGS / "meta-llama--Llama-4-Scout-17B-16E.text_config.json"),
+        gpu="h100-sxm-80gb",
+        tensor_parallel_size=4,
+        max_model_len=65536,
+    )
+    model = StepModel.from_deployment(dep)
+    shape = model.shape
+    assert shape.window_is_chunk and shape.sliding_window == 4096
+    assert shape.sliding_share == pytest.approx(36 / 48)
+    assert model.kv_window_share == 0.0
+    # every attention layer scores prompt pairs (48 layers x 40 heads x 2 x 2 x 128 FLOPs)
+    assert shape.attn_flops_per_pair == pytest.approx(48 * 40 * 2 * 2 * 128)
+    # a short prompt is inside one chunk: nothing capped
+    assert shape.window_capped(2000, 0, 0, 2000 * 2000 / 2) == (0, 2000 * 2000 / 2)
+    # 32 sequences at 32k: the chunked 75 % read 4,096 tokens each, the global 25 % all
+    kv, _ = shape.window_capped(0, 32, 32 * 32768, 0)
+    assert kv == pytest.approx(32 * (0.25 * 32768 + 0.75 * 4096))
+    assert any("chunks of 8,192 tokens" in n for n in model.notes)
