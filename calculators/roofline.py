@@ -237,7 +237,8 @@ class Efficiency:
     a single sequence can run other kernels (matrix-vector) than a batch (matrix-matrix),
     and the two need not sit on one line. The host's eager dispatch floor is not scaled.
     llama.cpp's CPU backend (measured, bench/llamacpp_step_shape.py) takes about half the
-    time for one sequence that the line through batches 2-8 puts there. 1 = no such difference (the published factors: their concurrency-1 rows fit without one); a user
+    time for one sequence that the line through batches 2-8 puts there. 1 = no such
+    difference (the published factors: their concurrency-1 rows fit without one); a user
     calibration with concurrency 1 and another load fits it."""
     source: str = ""
 
@@ -691,7 +692,8 @@ def shape_from_architecture(
     sliding = arch.layers_of_kind("sliding") if arch.sliding_window else 0
     window = int(arch.sliding_window or 0) if sliding else 0
     chunked = arch.layers_of_kind("chunked") if arch.attention_chunk_size else 0
-    if chunked and not sliding:  # no catalog model has both; timed as a C/2 window
+    window_is_chunk = bool(chunked) and not sliding  # no catalog model has both
+    if window_is_chunk:  # timed as a window of half a chunk
         sliding, window = chunked, max(1, int(arch.attention_chunk_size) // 2)
     expert = expert_bytes = 0.0
     if moe is not None and counts.routed_experts:
@@ -703,13 +705,12 @@ def shape_from_architecture(
         hidden_size=h,
         dense_params=float(dense),
         # only attention layers score token pairs (hybrids' Mamba layers do not)
-        attn_flops_per_pair=pair_flops
-        * sum(1 for k in arch.layer_kinds if k in ("full", "sliding", "chunked", "mla")),
+        attn_flops_per_pair=pair_flops * arch.attention_layers,
         dense_weight_bytes=float(dense_bytes),
         kv_bytes_per_token=kv_bytes_per_token,
         sliding_window=window,
         sliding_share=sliding / arch.attention_layers if sliding else 0.0,
-        window_is_chunk=bool(chunked) and not arch.layers_of_kind("sliding"),
+        window_is_chunk=window_is_chunk,
         num_experts=moe.num_experts if moe else 0,
         experts_per_token=moe.experts_per_token if moe else 0,
         expert_params=expert,

@@ -452,26 +452,16 @@ def test_gpt_oss_windows_half_its_layers_and_vllm_frees_them_from_the_hybrid_man
 def test_attention_runs_at_the_16_bit_rate_when_the_gemms_run_fp8():
     """FP8 weights double the GEMM rate, not attention's: engines run FlashAttention-style
     kernels on BF16 queries and keys, so a long prompt's attention time stays the BF16 one."""
-    shape = dense_shape(
-        "toy", 8e9, num_layers=32, hidden_size=4096, num_heads=32, head_dim=128,
-        num_kv_heads=8, vocab_size=128_256,
-    )  # fmt: skip
-    eff = Efficiency(
-        compute_fraction=0.5, bandwidth_fraction=1.0, step_overhead_ms=0.0,
-        per_seq_overhead_ms=0.0, allreduce_latency_us=0.0, link_fraction=1.0,
-    )  # fmt: skip
-    bf16 = Hardware("g", peak_tflops=1000.0, bandwidth_gb_per_s=3000, interconnect="nvlink",
-                    link_gb_per_s=450)  # fmt: skip
-    fp8 = replace(bf16, peak_tflops=2000.0, attention_tflops=1000.0)
+    bf16 = llama8b()
+    fp8 = replace(bf16, hardware=replace(H100, peak_tflops=2 * 989.5, attention_tflops=989.5))
     tokens, pairs = 8192, 8192 * 8192 / 2.0
 
-    def split(hw):
-        m = StepModel(shape=shape, hardware=hw, efficiency=eff)
+    def split(m: StepModel) -> tuple[float, float]:
         gemm = m.breakdown(tokens, 0, 0, prefill_pairs=0.0).compute_ms
         return gemm, m.breakdown(tokens, 0, 0, pairs).compute_ms - gemm
 
     (gemm16, attn16), (gemm8, attn8) = split(bf16), split(fp8)
     assert gemm8 == pytest.approx(gemm16 / 2)
     assert attn8 == pytest.approx(attn16)
-    expected_attn_ms = shape.attn_flops_per_pair * pairs / (0.5 * 1000e12) * 1e3
+    expected_attn_ms = bf16.shape.attn_flops_per_pair * pairs / 989.5e12 * 1e3
     assert attn16 == pytest.approx(expected_attn_ms)
