@@ -107,6 +107,12 @@ class Deployment(BaseModel):
         le=MAX_TOKENS,
         description="Token budget of one engine step (vLLM --max-num-batched-tokens); default: the engine's.",
     )
+    hf_overrides: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="config.json fields to override, KEY=VALUE as vLLM's --hf-overrides, values "
+        "as JSON (e.g. model_type=llama4_text); supplies facts a config lacks.",
+    )
     dtype: Dtype = Field(
         default="auto", description="Weight/activation dtype; auto = the checkpoint's torch_dtype."
     )

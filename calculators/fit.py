@@ -70,11 +70,6 @@ class FitRequest(Deployment):
         description="Requests in flight at once to check; answers: does it fit at --context-tokens, "
         "and the largest context per request at this concurrency.",
     )
-    hf_overrides: dict[str, str] = Field(
-        default_factory=dict,
-        description="Override config.json fields, KEY=VALUE (vLLM --hf-overrides), values as JSON "
-        "(e.g. num_key_value_heads=8, model_type=llama); supplies facts a config lacks.",
-    )
     engine: Literal["vllm", "sglang", "trtllm", "llama.cpp"] = Field(
         default="vllm",
         description="Serving engine whose memory policy applies; llama.cpp reads a GGUF file "

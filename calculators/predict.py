@@ -796,7 +796,9 @@ def _model_max_len(dep: Deployment) -> int | None:
 
     try:
         return int(
-            from_config(load_model(dep.model, revision=dep.revision).config).max_position_embeddings
+            from_config(
+                load_model(dep.model, revision=dep.revision).config, dep.hf_overrides
+            ).max_position_embeddings
         )
     except Exception:  # noqa: BLE001 - only a bound check; the step model already validated the model
         return None

@@ -762,7 +762,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
 
     gpu = custom_gpu(dep) if dep.gpu is None else get_gpu(dep.gpu)
     source = load_model(dep.model, revision=dep.revision)
-    arch = from_config(source.config)
+    arch = from_config(source.config, dep.hf_overrides)
     scheme = resolve_quantization(dep.quantization, arch.quantization_config)
     dtype = dep.dtype if dep.dtype != "auto" else (arch.torch_dtype or "bfloat16")
     dtype_b = DTYPE_BYTES.get(str(dtype).lower().removeprefix("torch."), 2.0)
@@ -784,7 +784,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
             dep.engine, dep.engine_version, gpu.vendor, architecture_class(arch)
         )
     eff = efficiency or load_efficiency(gpu, dep.engine, generation=generation)
-    notes = [why, *cap["notes"]]
+    notes = [why, *arch.notes, *cap["notes"]]
     if generation is not None:
         notes.append(_generation_note(dep, generation))
     notes.extend(_multi_node_notes(dep, hw))

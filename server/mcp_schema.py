@@ -61,7 +61,10 @@ LISTING_ONLY = ("cli_aliases", "maxLength", "minLength")
 
 SHARED_OWNER = "estimate_memory_fit"
 """The tool whose listing describes the deployment fields every sizing tool shares."""
-SHARED_DETAIL = ("description", "minimum", "maximum", "exclusiveMinimum", "default", "enum", "type")
+SHARED_DETAIL = (
+    *("description", "minimum", "maximum", "exclusiveMinimum", "default", "enum", "type"),
+    *("additionalProperties", "maxProperties"),
+)
 """What the shared fields list under their owner only: words, type, choices, bounds and
 defaults. The other tools list the name alone and say whose listing describes it; the
 server validates every argument with the full model, and its error names the field."""
@@ -148,7 +151,7 @@ def _undescribe(
     if named:
         tool["description"] = (
             tool.get("description", "")
-            + f" {what} fields ({', '.join(named[:4])}, ...) mean what they mean in {owner}."
+            + f" {what} fields ({', '.join(named[:4])}, ...) are as in {owner}."
         )
 
 

@@ -106,3 +106,48 @@ def test_the_longest_fitting_context_is_found_under_an_unsaid_install_fact_too()
     notes = " ".join(r.assumptions)
     assert "the longest that fits" in notes and "flashinfer_sampler=True" in notes
     assert r.ttft_ms.p50 > 0
+
+
+# Llama 4's checkpoints are multimodal; vLLM serves the language model alone with
+# --hf-overrides '{"model_type": "llama4_text"}'. The fit's refusal names that flag, so
+# predict and budget must take it too.
+SCOUT = {
+    "model": "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+    "gpu": "h100-sxm-80gb",
+    "tensor_parallel_size": 4,
+    "max_model_len": 32_768,
+}
+
+
+def test_predict_refuses_a_vision_tower_it_cannot_count_and_names_the_flag_it_takes(capsys):
+    with pytest.raises(InputError) as e:
+        predict_performance(PredictRequest(**SCOUT, input_tokens=1000, output_tokens=200))
+    assert "--hf-overrides model_type=llama4_text" in e.value.message
+    code = main(
+        ["predict", "--model", SCOUT["model"], "--gpu", "h100", "-tp", "4"]
+        + ["--max-model-len", "32768", "--hf-overrides", "model_type=llama4_text", "--json"]
+    )
+    assert code == 0, capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    assert any("language model only" in a for a in out["assumptions"])
+    assert out["ttft_ms"]["p50"] > 0
+
+
+def test_an_override_changes_the_model_predict_times():
+    """An override is not only accepted: the step model is built from the overridden
+    config (here a Llama-3.1-8B told it has half its layers decodes faster)."""
+    base = {**SMALL, "gpu": "h100-sxm-80gb", "input_tokens": 1000, "output_tokens": 100}
+    whole = predict_performance(PredictRequest(**base))
+    half = predict_performance(PredictRequest(**base, hf_overrides={"num_hidden_layers": "16"}))
+    assert half.itl_ms.p50 < 0.75 * whole.itl_ms.p50
+    budget = decompose_budget(
+        BudgetRequest(
+            **SCOUT,
+            hf_overrides={"model_type": "llama4_text"},
+            input_tokens=1000,
+            output_tokens=200,
+            request_rate=0.5,
+            slo_e2e_ms={"p95": 60_000},
+        )
+    )
+    assert any("language model only" in a for a in budget.assumptions)
