@@ -243,6 +243,7 @@ class Efficiency:
     source: str = ""
 
     def describe(self) -> dict[str, float]:
+        own_attention = self.attention_compute_fraction  # set by an early kernel generation only
         return {
             "compute_fraction": self.compute_fraction,
             "bandwidth_fraction": self.bandwidth_fraction,
@@ -259,6 +260,7 @@ class Efficiency:
             "attn_seq_overhead_us": self.attn_seq_overhead_us,
             "request_overhead_ms": self.request_overhead_ms,
             "single_seq_step_factor": self.single_seq_step_factor,
+            **({} if own_attention is None else {"attention_compute_fraction": own_attention}),
         }
 
     @property

@@ -173,6 +173,8 @@ def _efficiency_at(start: Any, x: dict[str, float]) -> Any:
         s = x["compute_fraction"] / start.compute_fraction
         fields["compute_fraction"] = x["compute_fraction"]
         fields["moe_compute_fraction"] = min(1.0, start.moe_fraction * s)
+        if start.attention_compute_fraction is not None:  # an early kernel generation's own
+            fields["attention_compute_fraction"] = min(1.0, start.attention_compute_fraction * s)
     if "bandwidth_fraction" in x:
         s = x["bandwidth_fraction"] / start.bandwidth_fraction
         fields["bandwidth_fraction"] = x["bandwidth_fraction"]

@@ -528,3 +528,35 @@ def test_the_single_sequence_factor_scales_only_a_lone_decode_step() -> None:
     from_line = max(line.c0 + line.c1 * 1000, line.m0 + line.m1 * 1000, line.floor) + line.fixed
     assert from_line == pytest.approx(eager.step_ms(0, 1, 1000))
     assert eager.step_ms(0, 1, 1000) >= eager.eager_floor_ms()
+
+
+def test_a_calibrated_compute_rate_carries_an_early_generations_attention_rate_with_it() -> None:
+    """Under an early kernel generation (DeepSeek-R1 with vLLM 0.8.4) attention keeps its own
+    rate beside the scaled GEMM rate. A user calibration that moves the compute rate must
+    move that one in proportion and store it, as every other deployment's attention (which
+    follows compute_fraction) moves with it; otherwise the calibrated model would price the
+    same measured prefill differently in the two cases."""
+    from inferwise.calculators.deployment import Deployment
+    from inferwise.calculators.roofline import StepModel
+    from inferwise.calculators.user_calibration import (
+        CalibratedFactors,
+        _efficiency_at,
+        calibrated_efficiency,
+    )
+
+    early = Deployment(
+        model="deepseek-ai/DeepSeek-R1", gpu="h200", tensor_parallel_size=8, engine_version="0.8.4"
+    )
+    start = StepModel.from_deployment(early).efficiency
+    assert start.attention_compute_fraction is not None
+    moved = _efficiency_at(start, {"compute_fraction": 1.5 * start.compute_fraction})
+    ratio = moved.attention_fraction / start.attention_fraction
+    assert ratio == pytest.approx(1.5)
+    stored = CalibratedFactors(efficiency=moved.describe(), request_overhead_ms=0.0)
+    assert calibrated_efficiency(start, stored).attention_fraction == pytest.approx(
+        moved.attention_fraction
+    )
+    today = StepModel.from_deployment(Deployment(model=MODEL, gpu="h100-sxm-80gb")).efficiency
+    assert "attention_compute_fraction" not in today.describe()
+    halved = _efficiency_at(today, {"compute_fraction": 0.5 * today.compute_fraction})
+    assert halved.attention_fraction == pytest.approx(0.5 * today.compute_fraction)
