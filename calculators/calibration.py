@@ -256,9 +256,13 @@ def simulate_measurement(
     """Predicted value of every metric a measurement reports."""
 
     from .batching_sim import simulate_load
+    from .context_window import with_fitting_context
     from .roofline import StepModel
 
-    dep = measurement_deployment(m)
+    # a source that does not print --max-model-len is predicted as `inferwise predict` would
+    # answer it: at the longest context that fits when the model's default does not
+    need = int(m["input_tokens"]) + int(m["output_tokens"])
+    dep, _ = with_fitting_context(measurement_deployment(m), need)
     model = StepModel.from_deployment(dep, efficiency)  # None: the factors predict would use
     load = m.get("load", "offline")
     n = min(int(m.get("num_prompts", 100)), MAX_SIMULATED_REQUESTS)

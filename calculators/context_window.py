@@ -50,12 +50,13 @@ def largest_fitting_context(req: Any) -> int | None:
     return None
 
 
-def with_fitting_context(req: R) -> tuple[R, str | None]:
+def with_fitting_context(req: R, need: int | None = None) -> tuple[R, str | None]:
     """`req` with max_model_len set to the longest context that fits when the model's
     default does not (and the user gave none), and the assumption saying so.
 
     Returns `req` unchanged and None when max_model_len was given or the default fits.
-    Raises InputError when even the workload's own need does not fit.
+    Raises InputError when even the workload's own need (``need`` tokens, else
+    :func:`workload_need_tokens` of `req`) does not fit.
     """
     from .roofline import StepModel
 
@@ -70,7 +71,7 @@ def with_fitting_context(req: R) -> tuple[R, str | None]:
         longest = largest_fitting_context(req)
         if longest is None:
             raise
-    need = workload_need_tokens(req)
+    need = workload_need_tokens(req) if need is None else need
     if longest < need:
         raise InputError(
             "max_model_len",

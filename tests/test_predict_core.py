@@ -179,3 +179,24 @@ def test_a_given_request_count_reports_the_whole_benchmark_run():
     assert run_of_200.output_tokens_per_s == pytest.approx(
         published["output_tokens_per_s"], rel=1e-6
     )
+
+
+def test_a_source_without_max_model_len_is_scored_at_the_context_predict_would_assume():
+    """Many published runs do not print --max-model-len. The accuracy harness must answer
+    them as `inferwise predict` answers the same question (the longest context that fits
+    when the model's default does not), not fail them as unfittable: on one L4, Llama-3.1-8B's
+    131k default does not fit, a 1,000-token workload does."""
+    from inferwise.calculators.calibration import simulate_measurement
+
+    shape = {"input_tokens": 1000, "output_tokens": 200, "concurrency": 4}
+    m = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "l4", "num_prompts": 40,
+         "load": "concurrency", "values": {"ttft_ms.p50": 1.0, "itl_ms.p50": 1.0}, **shape}  # fmt: skip
+    scored = simulate_measurement(m)
+    asked = predict_performance(
+        PredictRequest(model=m["model"], gpu="l4", num_requests=40, **shape)
+    )
+    assert any("longest that fits" in a for a in asked.assumptions)
+    assert scored["ttft_ms.p50"] == pytest.approx(asked.ttft_ms.p50, rel=1e-6)
+    with pytest.raises(InputError) as e:
+        simulate_measurement({**m, "input_tokens": 60_000})
+    assert e.value.field == "max_model_len"
