@@ -165,7 +165,9 @@ def _compressed_tensors(cfg: dict[str, Any]) -> QuantScheme:
         gsize = weights.get("group_size")
         if wtype == "float" and bits == 4:
             per = 0.5 + 1 / 16  # NVFP4: fp8 scale per 16 weights
-            desc = "NVFP4 (compressed-tensors)"
+            acts = (group or {}).get("input_activations") or {}
+            w4a4 = acts.get("type") == "float" and int(acts.get("num_bits", 16)) == 4
+            desc = f"NVFP4 {'W4A4' if w4a4 else 'W4A16'} (compressed-tensors)"
         elif wtype == "float":
             per = 1.0 + (
                 _fp8_block_overhead(weights.get("block_structure")) if strategy == "block" else 0.0

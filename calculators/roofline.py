@@ -736,13 +736,20 @@ def _cached_step_model(dep_json: str) -> StepModel:
 def compute_dtype(scheme: Any, gpu: Any) -> tuple[str, str]:
     """The tensor-core dtype the matmuls run in, and why.
 
-    W8A8 FP8 checkpoints run FP8 GEMMs where the GPU has FP8 units; weight-only
-    formats (AWQ, GPTQ, MXFP4 on Hopper, bitsandbytes, FP8 on Ampere via
-    Marlin) dequantize to 16-bit for the GEMM, so their FLOP rate stays BF16
-    while their bytes shrink.
+    W8A8 FP8 checkpoints run FP8 GEMMs where the GPU has FP8 units, and NVFP4
+    checkpoints that quantize activations too (ModelOpt's NVFP4, compressed-tensors
+    W4A4) run FP4 GEMMs where it has FP4 units (Blackwell: twice the FP8 rate);
+    weight-only formats (AWQ, GPTQ, NVFP4 and MXFP4 on Hopper, bitsandbytes, FP8 on
+    Ampere via Marlin) dequantize to 16-bit for the GEMM, so their FLOP rate stays
+    BF16 while their bytes shrink.
     """
     method = scheme.method
     desc = scheme.description.lower()
+    fp4 = method in ("modelopt_fp4", "nvfp4") or (
+        method == "compressed-tensors" and "nvfp4 w4a4" in desc
+    )
+    if fp4 and "fp4" in gpu.dense_tflops:
+        return "fp4", f"{method}: NVFP4 weights and activations run FP4 tensor-core GEMMs"
     fp8 = method in ("fp8", "modelopt", "fbgemm_fp8", "ptpc_fp8") or (
         method == "compressed-tensors" and "fp8" in desc
     )

@@ -465,3 +465,41 @@ def test_attention_runs_at_the_16_bit_rate_when_the_gemms_run_fp8():
     assert attn8 == pytest.approx(attn16)
     expected_attn_ms = bf16.shape.attn_flops_per_pair * pairs / 989.5e12 * 1e3
     assert attn16 == pytest.approx(expected_attn_ms)
+
+
+def test_nvfp4_runs_fp4_gemms_on_blackwell_and_16_bit_ones_where_there_are_no_fp4_units(tmp_path):
+    """ModelOpt NVFP4 quantizes weights and activations (W4A4): vLLM runs CUTLASS FP4 GEMMs
+    on Blackwell, at twice its FP8 rate; on Hopper it dequantizes the weights (Marlin) and
+    runs 16-bit GEMMs. A compressed-tensors NVFP4 checkpoint without FP4 activations
+    (W4A16) runs 16-bit GEMMs everywhere. Both read half a byte (plus scales) per weight."""
+    import json
+
+    from inferwise.calculators.catalog import get_gpu, load_model
+    from inferwise.calculators.quantization import scheme_from_config
+    from inferwise.calculators.roofline import compute_dtype
+
+    config = dict(load_model("Qwen/Qwen3-32B").config)
+    config["quantization_config"] = {
+        "quant_method": "modelopt",
+        "quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]},
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    b200 = StepModel.from_deployment(Deployment(model=str(tmp_path), gpu="b200"))
+    assert b200.hardware.peak_tflops == 9000  # B200 dense FP4
+    assert b200.hardware.attention_tflops == 2250  # attention stays at the BF16 rate
+    h100 = StepModel.from_deployment(Deployment(model=str(tmp_path), gpu="h100"))
+    assert h100.hardware.peak_tflops == 989.5
+    bf16 = StepModel.from_deployment(Deployment(model="Qwen/Qwen3-32B", gpu="b200"))
+    assert b200.shape.dense_weight_bytes < 0.35 * bf16.shape.dense_weight_bytes
+    prompt = bf16.breakdown(8192, 0, 0).compute_ms / b200.breakdown(8192, 0, 0).compute_ms
+    assert 2.5 < prompt < 4.0  # GEMMs 4x faster, attention not
+
+    def w4(acts: dict | None) -> str:
+        group = {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float"}}
+        if acts:
+            group["input_activations"] = acts
+        cfg = {"quant_method": "compressed-tensors", "config_groups": {"group_0": group}}
+        return compute_dtype(scheme_from_config(cfg), get_gpu("b200"))[0]
+
+    assert w4({"num_bits": 4, "type": "float"}) == "fp4"
+    assert w4(None) == "bf16"
