@@ -55,6 +55,11 @@ class RecommendRequest(BaseModel):
         description="Candidate model(s), repeatable: catalog/Hub id or path; default: the "
         "workload's product.candidate_models, else deployment.model.",
     )
+    hf_overrides: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="config.json overrides for the candidates, KEY=VALUE (vLLM --hf-overrides).",
+    )
     model_quality: dict[str, float] = Field(
         default_factory=dict,
         description="Measured quality per model, MODEL=SCORE (same scale as the quality floor).",
@@ -215,7 +220,10 @@ def _models(req: RecommendRequest, wl: Workload) -> list[dict[str, Any]]:
             ", ".join(names),
         )
     quality = {**known, **req.model_quality}
-    return [{"model": n, "quality": quality.get(n)} for n in dict.fromkeys(names)]
+    return [
+        {"model": n, "quality": quality.get(n), "hf_overrides": req.hf_overrides}
+        for n in dict.fromkeys(names)
+    ]
 
 
 def _lengths(

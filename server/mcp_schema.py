@@ -151,7 +151,7 @@ def _undescribe(
     if named:
         tool["description"] = (
             tool.get("description", "")
-            + f" {what} fields ({', '.join(named[:4])}, ...) are as in {owner}."
+            + f" {what} fields ({', '.join(named[:3])}, ...) are as in {owner}."
         )
 
 

@@ -534,3 +534,30 @@ def test_a_trace_fills_the_traffic_the_flags_leave_open():
     assert flagged.mean_rate_per_s == 9  # flags still win
     with pytest.raises(InputError):
         search_spec(RecommendRequest(trace="/nonexistent/trace.jsonl", model=[MODEL_8B]))
+
+
+def test_config_overrides_reach_the_search_and_the_launch_line():
+    """Llama 4's multimodal checkpoint is refused with the override that serves its language
+    model alone; recommend takes that override, sizes the text model with it and starts the
+    engine with it (vLLM --hf-overrides, SGLang --json-model-override-args)."""
+    scout = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
+    with pytest.raises(InputError) as e:
+        _run(model=[scout], gpus=["h100-sxm-80gb"], top=1)
+    assert "--hf-overrides model_type=llama4_text" in e.value.message
+    text = {"model_type": "llama4_text"}
+    r = _run(model=[scout], hf_overrides=text, gpus=["h100-sxm-80gb"], top=1)
+    line = r.recommended.serve_command
+    assert line.endswith("""--hf-overrides '{"model_type": "llama4_text"}'""")
+    sglang = _run(model=[scout], hf_overrides=text, engine="sglang", gpus=["h100-sxm-80gb"], top=1)
+    assert """--json-model-override-args '{"model_type": "llama4_text"}'""" in (
+        sglang.recommended.serve_command
+    )
+    # the sizing itself reads the overridden config: half the layers, faster steps
+    half = {"num_hidden_layers": "16"}
+    spec = search_spec(RecommendRequest(**{**BASE, "hf_overrides": half}))
+    screen = Screen(spec, {"h100-sxm-80gb": 4.0, "l40s": 1.5})
+    facts = (MODEL_8B, None, "h100-sxm-80gb", 1, 1, "bf16", "auto", None, None)
+    s = screen.check(Config(*facts, hf_overrides=tuple(half.items())))
+    whole = screen.check(Config(*facts))
+    assert budget_request(s.screened, spec, 3.0).hf_overrides == half
+    assert s.screened.saturation_rate_per_s > 1.3 * whole.screened.saturation_rate_per_s

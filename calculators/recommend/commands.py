@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+
 from .screen import Screened
-from .space import FP8, INT4
+from .space import FP8, INT4, Config
 from .spec import SearchSpec
 
 VERIFY_REQUESTS = 200
@@ -27,6 +30,7 @@ def serve_command(s: Screened, spec: SearchSpec) -> str:
             f"--max-running-requests {s.max_num_seqs}",
             f"--chunked-prefill-size {s.max_num_batched_tokens}",
             *([f"--revision {c.revision}"] if c.revision else []),
+            *([f"--json-model-override-args {_overrides(c)}"] if c.hf_overrides else []),
         ]
         return " ".join(parts)
     parts = [
@@ -44,12 +48,26 @@ def serve_command(s: Screened, spec: SearchSpec) -> str:
         f"--max-num-seqs {s.max_num_seqs}",
         f"--max-num-batched-tokens {s.max_num_batched_tokens}",
         "--gpu-memory-utilization 0.9",
+        *([f"--hf-overrides {_overrides(c)}"] if c.hf_overrides else []),
     ]
     line = " ".join(parts)
     if c.quantization == INT4:
         # the weights must come from an INT4 checkpoint of the model; vLLM reads its config
         line = line.replace(f"serve {c.model}", f"serve <AWQ/GPTQ INT4 checkpoint of {c.model}>")
     return line
+
+
+def _overrides(c: Config) -> str:
+    """The config overrides as the JSON object vLLM's --hf-overrides and SGLang's
+    --json-model-override-args take, shell-quoted; each value typed as the calculators read it
+    (``model_type=llama4_text`` a string, ``num_key_value_heads=8`` a number)."""
+    typed = {}
+    for key, value in c.hf_overrides:
+        try:
+            typed[key] = json.loads(value)
+        except ValueError:
+            typed[key] = value
+    return shlex.quote(json.dumps(typed))
 
 
 def _trtllm_serve(s: Screened) -> str:

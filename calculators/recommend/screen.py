@@ -62,6 +62,7 @@ def deployment_fields(cfg: Config, spec: SearchSpec, max_model_len: int | None) 
     return {
         "model": cfg.model,
         "revision": cfg.revision,
+        "hf_overrides": dict(cfg.hf_overrides),
         "gpu": cfg.gpu,
         "tensor_parallel_size": cfg.tensor_parallel_size,
         "pipeline_parallel_size": cfg.pipeline_parallel_size,

@@ -111,11 +111,14 @@ def _model_facts(spec: SearchSpec, tally: Rejections) -> list[ModelFacts]:
                 )
                 continue
         source = load_model(option.model, revision=option.revision)
-        arch = from_config(source.config)
+        arch = from_config(source.config, option.hf_overrides)
         scheme = resolve_quantization(None, arch.quantization_config)
         method = scheme.method if scheme.is_quantized else None
+        overrides = tuple(sorted(option.hf_overrides.items()))
         out.append(
-            ModelFacts(option.model, option.revision, method, arch.is_moe, arch.num_kv_heads)
+            ModelFacts(
+                option.model, option.revision, method, arch.is_moe, arch.num_kv_heads, overrides
+            )
         )
     return out
 

@@ -39,6 +39,8 @@ class Config:
     max_num_batched_tokens: int | None
     from_checkpoint: bool = False
     """The weights are the checkpoint's own quantization (no --quantization flag)."""
+    hf_overrides: tuple[tuple[str, str], ...] = ()
+    """config.json overrides the engine is started with (vLLM's --hf-overrides)."""
 
     @property
     def gpus_per_replica(self) -> int:
@@ -100,6 +102,8 @@ class ModelFacts:
     """The checkpoint's own method (fp8, awq, ...), None when it is 16-bit."""
     is_moe: bool
     num_kv_heads: int
+    hf_overrides: tuple[tuple[str, str], ...] = ()
+    """config.json overrides (vLLM's --hf-overrides) as sorted pairs: a frozen value."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,7 @@ def configurations(
                                     seqs,
                                     mbt,
                                     from_checkpoint=quant == m.checkpoint_quantization,
+                                    hf_overrides=m.hf_overrides,
                                 )
                             )
     if max_gpus is not None and max_gpus < 2 * GPUS_PER_NODE:
