@@ -74,6 +74,7 @@ class SimConfig(BaseModel):
         description="Model (Hugging Face id from the catalog) whose deployment the engine's step times follow; "
         "needs --gpu. Without it the fixed schedule (--ttft-ms, --itl-ms) applies.",
     )
+    hf_overrides: dict[str, str] = _as_in_deployment("hf_overrides")
     gpu: str | None = _as_in_deployment("gpu")
     gpu_memory_gib: float | None = _as_in_deployment("gpu_memory_gib")
     tensor_parallel_size: int = _as_in_deployment("tensor_parallel_size")

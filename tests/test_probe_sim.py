@@ -120,3 +120,23 @@ def test_sim_deployment_flags_are_the_deployment_fields_of_predict() -> None:
         SimConfig(gpu_memory_gib=0)
     with pytest.raises(ValueError):
         SimConfig(tensor_parallel_size=129)
+
+
+def test_the_simulated_engine_takes_config_overrides_as_predict_does():
+    """`inferwise sim --hf-overrides` times the overridden model: Llama 4's language model
+    alone, which without the override is refused naming that flag."""
+    from inferwise.calculators.errors import InputError
+    from inferwise.calculators.roofline import StepModel
+    from inferwise.probes.sim import SimConfig, deployment_of
+
+    scout = {
+        "model": "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        "gpu": "h100-sxm-80gb",
+        "tensor_parallel_size": 4,
+        "max_model_len": 32_768,
+    }
+    with pytest.raises(InputError, match="--hf-overrides model_type=llama4_text"):
+        StepModel.from_deployment(deployment_of(SimConfig(**scout)))
+    dep = deployment_of(SimConfig(**scout, hf_overrides={"model_type": "llama4_text"}))
+    assert dep.hf_overrides == {"model_type": "llama4_text"}
+    assert StepModel.from_deployment(dep).shape.num_experts == 16
