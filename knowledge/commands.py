@@ -13,6 +13,7 @@ Stdlib only (the Analysis is passed in).
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 _NAMED = re.compile(
@@ -85,6 +86,7 @@ def concretize(text: str, a: Any, url: str | None = None) -> str:
     model = dep.model if dep is not None and dep.model else None
     gpu = dep.gpu if dep is not None and dep.gpu else None
     tp = dep.tensor_parallel_size if dep is not None else None
+    overrides = dep.hf_overrides if dep is not None and dep.hf_overrides else {}
     inp, out = a.value("derived.input_tokens_p50"), a.value("derived.output_tokens_p50")
     if model:
         text = text.replace("--model M ", f"--model {model} ")
@@ -100,6 +102,8 @@ def concretize(text: str, a: Any, url: str | None = None) -> str:
             parts.append(f"--gpu {gpu}")
         if tp and tp > 1 and "--tensor-parallel-size" not in tail:
             parts.append(f"--tensor-parallel-size {tp}")
+        if overrides and "--hf-overrides" not in tail:
+            parts.extend(f"--hf-overrides {shlex.quote(f'{k}={v}')}" for k, v in overrides.items())
         if (
             m.group(1) != "fit"
             and inp

@@ -221,9 +221,18 @@ def _models(req: RecommendRequest, wl: Workload) -> list[dict[str, Any]]:
         )
     quality = {**known, **req.model_quality}
     return [
-        {"model": n, "quality": quality.get(n), "hf_overrides": req.hf_overrides}
+        {"model": n, "quality": quality.get(n), "hf_overrides": _overrides(req, wl, n)}
         for n in dict.fromkeys(names)
     ]
+
+
+def _overrides(req: RecommendRequest, wl: Workload, model: str) -> dict[str, str]:
+    """The config overrides for one candidate: the flag's for every candidate, else the
+    workload's deployment's for its own model (another candidate is another config)."""
+    if req.hf_overrides:
+        return req.hf_overrides
+    dep = wl.deployment
+    return dict(dep.hf_overrides or {}) if dep and dep.model == model else {}
 
 
 def _lengths(

@@ -179,6 +179,12 @@ class WorkloadDeployment(_Strict):
     """The deployment as it runs (or is proposed); flag names follow vLLM's."""
 
     model: str | None = Field(default=None, description="Hugging Face id or path.")
+    hf_overrides: dict[str, str] | None = Field(
+        default=None,
+        max_length=64,
+        description="config.json fields the engine overrides (vLLM --hf-overrides), e.g. "
+        '{"model_type": "llama4_text"} to serve Llama 4\'s language model alone.',
+    )
     engine: Literal[ENGINES] | None = None  # type: ignore[valid-type]
     engine_version: str | None = None
     gpu: str | None = Field(default=None, description="GPU catalog id, e.g. h100-sxm-80gb.")

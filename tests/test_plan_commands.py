@@ -125,3 +125,29 @@ def test_complete_plan_probe_commands_validate_and_carry_the_workload(printed):
                     argv = shlex.split(m.split("   (")[0])[2:]
                     cli.parse_input("probe", probe.input_model, argv, probe.summary)
                     assert "--input-tokens" in argv and "--output-tokens" in argv, m
+
+
+def test_a_workload_with_config_overrides_is_sized_and_its_commands_carry_them():
+    """A Llama 4 deployment in a workload file is served with vLLM's --hf-overrides
+    model_type=llama4_text; stated as deployment.hf_overrides, the plan sizes the language
+    model (not refused over the vision tower) and every calculator command and launch line it
+    prints carries the override."""
+    import json
+
+    wl = json.loads((ROOT / "examples" / "workloads" / "support-chat.json").read_text())
+    wl["deployment"] = {
+        **wl.get("deployment", {}),
+        "model": "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        "gpu": "h100-sxm-80gb",
+        "tensor_parallel_size": 4,
+        "max_model_len": 32768,
+    }
+    refused = json.dumps(plan_experiments(PlanRequest(workload=json.dumps(wl))).model_dump())
+    assert "vision tower" in refused
+    wl["deployment"]["hf_overrides"] = {"model_type": "llama4_text"}
+    plan = plan_experiments(PlanRequest(workload=json.dumps(wl)))
+    text = json.dumps(plan.model_dump())
+    assert "vision tower" not in text
+    calc = [c for c in _commands(plan) if re.match(r"inferwise (fit|predict|budget) --", c)]
+    assert calc and all("--hf-overrides model_type=llama4_text" in c for c in calc)
+    assert """--hf-overrides '{\\"model_type\\": \\"llama4_text\\"}'""" in text  # vllm serve
