@@ -227,9 +227,10 @@ def scheme_from_config(cfg: dict[str, Any]) -> QuantScheme:
             ignore,
             experts_only=True,
         )
-    if method == "modelopt":
+    if method in ("modelopt", "modelopt_fp4"):  # the second as the catalog and vLLM resolve it
+        default = "NVFP4" if method == "modelopt_fp4" else "FP8"
         algo = str(
-            cfg.get("quant_algo") or (cfg.get("quantization") or {}).get("quant_algo") or "FP8"
+            cfg.get("quant_algo") or (cfg.get("quantization") or {}).get("quant_algo") or default
         ).upper()
         if "FP4" in algo:
             return QuantScheme("modelopt_fp4", 0.5 + 1 / 16, "NVFP4 (ModelOpt)", ignore)

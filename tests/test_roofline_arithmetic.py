@@ -503,3 +503,7 @@ def test_nvfp4_runs_fp4_gemms_on_blackwell_and_16_bit_ones_where_there_are_no_fp
 
     assert w4({"num_bits": 4, "type": "float"}) == "fp4"
     assert w4(None) == "bf16"
+    # the catalog's NVFP4 checkpoint (hf_quant_config.json resolved to modelopt_fp4 as vLLM does)
+    catalog = StepModel.from_deployment(Deployment(model="nvidia/Qwen3-32B-NVFP4", gpu="b200"))
+    assert catalog.hardware.peak_tflops == 9000
+    assert catalog.shape.dense_weight_bytes == pytest.approx(b200.shape.dense_weight_bytes)
