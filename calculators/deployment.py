@@ -8,15 +8,37 @@ and engine versions.
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 MAX_TOKENS = 1 << 30
 """A bound on any token length or budget: far above the longest context any model has
 (10M tokens), low enough that arithmetic on it stays exact and fast."""
 KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"]
 Dtype = Literal["auto", "bfloat16", "bf16", "float16", "fp16", "half", "float32", "fp32"]
+
+
+def _override_text(value: Any) -> Any:
+    """vLLM's --hf-overrides is a JSON object: from the CLI its values arrive as text, from
+    an MCP client or a workload file as JSON numbers, booleans or objects. Each becomes the
+    text the config reader parses as JSON (architecture._parse_override), so both spell the
+    same override."""
+    if not isinstance(value, dict):
+        return value
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+
+
+HfOverrides = Annotated[dict[str, str], BeforeValidator(_override_text)]
+"""config.json overrides, KEY -> value as JSON text (see :func:`_override_text`)."""
 
 
 class Deployment(BaseModel):
@@ -107,7 +129,7 @@ class Deployment(BaseModel):
         le=MAX_TOKENS,
         description="Token budget of one engine step (vLLM --max-num-batched-tokens); default: the engine's.",
     )
-    hf_overrides: dict[str, str] = Field(
+    hf_overrides: HfOverrides = Field(
         default_factory=dict,
         max_length=64,
         description="config.json fields to override, KEY=VALUE as vLLM's --hf-overrides, values "

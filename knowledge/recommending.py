@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from inferwise.calculators.bounds import PERCENTILE_KEYS
+from inferwise.calculators.deployment import HfOverrides
 from inferwise.calculators.errors import InputError
 from inferwise.calculators.spec_decode import SpecMethod
 from inferwise.knowledge.diagnosis import WORKLOAD_HELP
@@ -55,7 +56,7 @@ class RecommendRequest(BaseModel):
         description="Candidate model(s), repeatable: catalog/Hub id or path; default: the "
         "workload's product.candidate_models, else deployment.model.",
     )
-    hf_overrides: dict[str, str] = Field(
+    hf_overrides: HfOverrides = Field(
         default_factory=dict,
         max_length=64,
         description="config.json overrides for the candidates, KEY=VALUE (vLLM --hf-overrides).",

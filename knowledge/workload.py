@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from inferwise.calculators.deployment import HfOverrides
 from inferwise.calculators.errors import InputError
 from inferwise.calculators.files import (
     MiB,
@@ -179,7 +180,7 @@ class WorkloadDeployment(_Strict):
     """The deployment as it runs (or is proposed); flag names follow vLLM's."""
 
     model: str | None = Field(default=None, description="Hugging Face id or path.")
-    hf_overrides: dict[str, str] | None = Field(
+    hf_overrides: HfOverrides | None = Field(
         default=None,
         max_length=64,
         description="config.json fields the engine overrides (vLLM --hf-overrides), e.g. "

@@ -151,3 +151,15 @@ def test_an_override_changes_the_model_predict_times():
         )
     )
     assert any("language model only" in a for a in budget.assumptions)
+
+
+def test_overrides_from_json_clients_may_be_numbers_as_vllm_takes_them():
+    """An MCP client or a workload file writes {"num_hidden_layers": 16}, the CLI
+    num_hidden_layers=16: the same override, the same prediction."""
+    base = {**SMALL, "gpu": "h100-sxm-80gb", "input_tokens": 1000, "output_tokens": 100}
+    number = PredictRequest(**base, hf_overrides={"num_hidden_layers": 16})
+    text = PredictRequest(**base, hf_overrides={"num_hidden_layers": "16"})
+    assert number.hf_overrides == text.hf_overrides == {"num_hidden_layers": "16"}
+    nested = PredictRequest(**base, hf_overrides={"rope_scaling": {"type": "linear", "factor": 2}})
+    assert json.loads(nested.hf_overrides["rope_scaling"]) == {"type": "linear", "factor": 2}
+    assert predict_performance(number).itl_ms.p50 == predict_performance(text).itl_ms.p50

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..bounds import check_rate, check_slo_targets
+from ..deployment import HfOverrides
 from ..spec_decode import SpecMethod
 from ..user_calibration import AppliedCalibration
 
@@ -33,7 +34,7 @@ class ModelOption(BaseModel):
 
     model: str = Field(min_length=1, max_length=4096)
     revision: str | None = Field(default=None, max_length=200)
-    hf_overrides: dict[str, str] = Field(default_factory=dict, max_length=64)
+    hf_overrides: HfOverrides = Field(default_factory=dict, max_length=64)
     """config.json fields to override (vLLM's --hf-overrides), as predict takes them."""
     quality: float | None = Field(
         default=None, description="The product's evaluation score for this model."
