@@ -45,6 +45,18 @@ WORKLOAD = {
 }
 
 
+# Llama 4's multimodal checkpoint: refused over its vision tower unless the text model is asked for
+SCOUT = {
+    "model": "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+    "gpu": "h100",
+    "tensor_parallel_size": 4,
+    "max_model_len": 32768,
+    "input_tokens": 1000,
+    "output_tokens": 200,
+    "concurrency": 8,
+}
+
+
 def run(coro):
     return asyncio.run(coro)
 
@@ -107,6 +119,7 @@ def test_every_design_tool_is_listed_with_schemas_and_annotations(server) -> Non
             "predict_performance",
             {**FIT, "input_tokens": 1000, "output_tokens": 200, "concurrency": 8},
         ),
+        ("predict_performance", {**SCOUT, "hf_overrides": {"model_type": "llama4_text"}}),
         ("search_knowledge", {"query": "prefix caching hit rate"}),
         ("diagnose_bottleneck", {"workload": json.dumps(WORKLOAD)}),
         ("plan_experiments", {"workload": json.dumps(WORKLOAD)}),
@@ -129,6 +142,8 @@ def test_valid_calls_return_structured_content_matching_the_schema(server, name,
         ("estimate_memory_fit", {**FIT, "gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
         ("estimate_memory_fit", {"model": FIT["model"]}, "gpu"),
         ("predict_performance", {**FIT, "input_tokens": -5, "output_tokens": 10}, "input_tokens"),
+        ("predict_performance", SCOUT, "--hf-overrides model_type=llama4_text"),
+        ("estimate_memory_fit", {**FIT, "hf_overrides": {"num_hidden_layers": 10**9}}, "layers"),
         (
             "plan_experiments",
             {"workload": '{"traffic": {"arrival_rate_rps": -1}}'},
