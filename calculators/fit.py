@@ -556,7 +556,7 @@ def _check_engine_fields(req: FitRequest) -> None:
 
 def _replica(req: FitRequest, resolved: tuple[ModelSource, ModelArchitecture] | None) -> _Replica:
     """Read the model, the GPU and the parallel layout; size the weights and the KV cost."""
-    from .kv_cache import kv_bytes_per_token
+    from .kv_cache import engine_kv_cache_dtype, kv_bytes_per_token
     from .params import count_parameters
     from .quantization import resolve_quantization
 
@@ -571,7 +571,8 @@ def _replica(req: FitRequest, resolved: tuple[ModelSource, ModelArchitecture] | 
     dtype_name, act_bytes = _resolve_dtype(req.dtype, arch.torch_dtype, notes.assumptions)
     scheme = resolve_quantization(req.quantization, arch.quantization_config)
     tp, pp = req.tensor_parallel_size, req.pipeline_parallel_size
-    kvb = kv_bytes_per_token(arch, req.kv_cache_dtype, tp, pp, act_bytes)
+    kv_dtype = engine_kv_cache_dtype(req.kv_cache_dtype, req.engine, arch.quantization_config)
+    kvb = kv_bytes_per_token(arch, kv_dtype, tp, pp, act_bytes)
     replica = _Replica(
         req=req,
         source=source,
@@ -586,9 +587,7 @@ def _replica(req: FitRequest, resolved: tuple[ModelSource, ModelArchitecture] | 
         wb=None,  # type: ignore[arg-type]  # set by _weights, next
         counts=count_parameters(arch),
         kvb=kvb,
-        kv_dtype_name=f"auto ({dtype_name})"
-        if req.kv_cache_dtype == "auto"
-        else req.kv_cache_dtype,
+        kv_dtype_name=_kv_dtype_name(req.kv_cache_dtype, kv_dtype, dtype_name),
         max_model_len=0,
         notes=notes,
     )
@@ -596,6 +595,15 @@ def _replica(req: FitRequest, resolved: tuple[ModelSource, ModelArchitecture] | 
     notes.assumptions += list(kvb.notes)
     replica.max_model_len = _max_model_len(req, arch, notes)
     return replica
+
+
+def _kv_dtype_name(asked: str, runs: str, model_dtype: str) -> str:
+    """How the KV dtype is shown: the flag, and under ``auto`` what it resolved to."""
+    if asked != "auto":
+        return asked
+    if runs != "auto":
+        return f"auto ({runs}: the checkpoint's kv_cache_quant_algo, as TensorRT-LLM reads it)"
+    return f"auto ({model_dtype})"
 
 
 def _read_model(req: FitRequest) -> tuple[ModelSource, ModelArchitecture]:

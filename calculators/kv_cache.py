@@ -35,6 +35,7 @@ Stdlib only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .architecture import ATTENTION_KINDS, STATE_KINDS, ModelArchitecture
 from .errors import InputError
@@ -62,6 +63,22 @@ def kv_cache_bytes_per_element(kv_cache_dtype: str, model_dtype_bytes: float) ->
             f"unknown KV cache dtype '{kv_cache_dtype}'",
             accepted="auto, " + ", ".join(KV_DTYPE_BYTES),
         ) from None
+
+
+def engine_kv_cache_dtype(
+    kv_cache_dtype: str, engine: str, quantization_config: dict[str, Any] | None
+) -> str:
+    """The KV dtype an engine runs for ``kv_cache_dtype``. TensorRT-LLM's ``auto`` is the
+    checkpoint's own (its kv_cache_config docs: "uses the data type specified in the model
+    checkpoint"), so a ModelOpt export with ``kv_cache_quant_algo: FP8`` caches FP8; vLLM's
+    and SGLang's ``auto`` stay the model dtype whatever the checkpoint says."""
+    if kv_cache_dtype != "auto" or engine != "trtllm" or not quantization_config:
+        return kv_cache_dtype
+    nested = quantization_config.get("quantization")
+    algo = quantization_config.get("kv_cache_quant_algo") or (
+        nested.get("kv_cache_quant_algo") if isinstance(nested, dict) else None
+    )
+    return "fp8" if str(algo or "").upper() == "FP8" else kv_cache_dtype
 
 
 def kv_heads_per_rank(arch: ModelArchitecture, tensor_parallel_size: int) -> int:

@@ -1017,11 +1017,11 @@ def _peak_tflops(gpu: Any, dtype_key: str) -> float:
 def _capacity(dep: Deployment, arch: Any, gpu: Any, dtype_bytes: float) -> dict[str, Any]:
     """KV capacity (the fit calculator's) and KV bytes per token (all ranks)."""
     from .errors import InputError
-    from .kv_cache import kv_bytes_per_token
+    from .kv_cache import engine_kv_cache_dtype, kv_bytes_per_token
 
     kv = kv_bytes_per_token(
         arch,
-        dep.kv_cache_dtype,
+        engine_kv_cache_dtype(dep.kv_cache_dtype, dep.engine, arch.quantization_config),
         dep.tensor_parallel_size,
         dep.pipeline_parallel_size,
         dtype_bytes,

@@ -132,3 +132,23 @@ def test_mcp_predict_tool_takes_engine_trtllm():
     data = result.structured_content
     assert data["engine"] == "trtllm" and data["preemptions"] == 0
     assert data["max_num_seqs"] == data["kv_cache_tokens"] // 5000
+
+
+def test_auto_kv_cache_takes_the_checkpoints_fp8_under_tensorrt_llm_only():
+    """TensorRT-LLM's kv_cache_config dtype 'auto' is the checkpoint's: NVIDIA's ModelOpt
+    FP8 export says kv_cache_quant_algo FP8, so TensorRT-LLM caches one byte per value and
+    the fit says why; vLLM's 'auto' stays the model dtype. An explicit dtype is kept."""
+    from inferwise.calculators.deployment import Deployment
+    from inferwise.calculators.roofline import StepModel
+
+    base = {"model": "nvidia/Llama-3.1-70B-Instruct-FP8", "gpu": "h100", "tensor_parallel_size": 2}
+    trt = estimate_fit(FitRequest(**base, engine="trtllm", max_model_len=8192))
+    vllm = estimate_fit(FitRequest(**base, engine="vllm", max_model_len=8192))
+    assert trt.kv_bytes_per_token == vllm.kv_bytes_per_token / 2
+    assert "kv_cache_quant_algo" in trt.kv_cache_dtype and "bfloat16" in vllm.kv_cache_dtype
+    pinned = estimate_fit(
+        FitRequest(**base, engine="trtllm", kv_cache_dtype="bfloat16", max_model_len=8192)
+    )
+    assert pinned.kv_bytes_per_token == vllm.kv_bytes_per_token
+    step = StepModel.from_deployment(Deployment(**base, engine="trtllm", max_model_len=8192))
+    assert step.shape.kv_bytes_per_token == trt.kv_bytes_per_token * 2  # both ranks
