@@ -488,7 +488,7 @@ class _Reader:
         return value
 
 
-def _parse_override(value: Any) -> Any:
+def parse_override(value: Any) -> Any:
     """CLI overrides arrive as strings; JSON gives them their type (strictly: `1e309`,
     NaN or a 5,000-digit integer stay the string they were, and are refused as such)."""
     if not isinstance(value, str):
@@ -757,7 +757,7 @@ def from_config(
     if not isinstance(config, Mapping):
         raise InputError("model", "config must be a JSON object (a Hugging Face config.json)")
     cfg = dict(config)
-    parsed = {str(k): _parse_override(v) for k, v in (overrides or {}).items()}
+    parsed = {str(k): parse_override(v) for k, v in (overrides or {}).items()}
     cfg.update(parsed)
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str) or not model_type:

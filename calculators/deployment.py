@@ -30,15 +30,20 @@ Dtype = Literal["auto", "bfloat16", "bf16", "float16", "fp16", "half", "float32"
 def _override_text(value: Any) -> Any:
     """vLLM's --hf-overrides is a JSON object: from the CLI its values arrive as text, from
     an MCP client or a workload file as JSON numbers, booleans or objects. Each becomes the
-    text the config reader parses as JSON (architecture._parse_override), so both spell the
+    text the config reader parses as JSON (architecture.parse_override), so both spell the
     same override."""
     if not isinstance(value, dict):
         return value
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
 
 
-HfOverrides = Annotated[dict[str, str], BeforeValidator(_override_text)]
-"""config.json overrides, KEY -> value as JSON text (see :func:`_override_text`)."""
+MAX_HF_OVERRIDES = 64
+"""Overridden config.json fields per request: a config has a few dozen fields in all."""
+HfOverrides = Annotated[
+    # the bound before the validator: so it reads as maxProperties in the JSON schema
+    dict[str, str], Field(max_length=MAX_HF_OVERRIDES), BeforeValidator(_override_text)
+]
+"""config.json overrides, KEY -> value as JSON text (see :func:`_override_text`), bounded."""
 
 
 class Deployment(BaseModel):
@@ -131,7 +136,6 @@ class Deployment(BaseModel):
     )
     hf_overrides: HfOverrides = Field(
         default_factory=dict,
-        max_length=64,
         description="config.json fields to override, KEY=VALUE as vLLM's --hf-overrides, values "
         "as JSON (e.g. model_type=llama4_text); supplies facts a config lacks.",
     )

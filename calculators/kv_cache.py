@@ -72,12 +72,11 @@ def engine_kv_cache_dtype(
     checkpoint's own (its kv_cache_config docs: "uses the data type specified in the model
     checkpoint"), so a ModelOpt export with ``kv_cache_quant_algo: FP8`` caches FP8; vLLM's
     and SGLang's ``auto`` stay the model dtype whatever the checkpoint says."""
+    from .quantization import modelopt_field
+
     if kv_cache_dtype != "auto" or engine != "trtllm" or not quantization_config:
         return kv_cache_dtype
-    nested = quantization_config.get("quantization")
-    algo = quantization_config.get("kv_cache_quant_algo") or (
-        nested.get("kv_cache_quant_algo") if isinstance(nested, dict) else None
-    )
+    algo = modelopt_field(quantization_config, "kv_cache_quant_algo")
     return "fp8" if str(algo or "").upper() == "FP8" else kv_cache_dtype
 
 

@@ -188,6 +188,14 @@ def _compressed_tensors(cfg: dict[str, Any]) -> QuantScheme:
     return QuantScheme("compressed-tensors", best[0], best[1], _ignore_list(cfg), notes=notes)
 
 
+def modelopt_field(cfg: dict[str, Any], key: str) -> Any:
+    """A ModelOpt quantization field (``quant_algo``, ``kv_cache_quant_algo``): at the top of
+    ``quantization_config`` in newer exports, under its ``quantization`` table in the
+    hf_quant_config.json of older ones."""
+    nested = cfg.get("quantization")
+    return cfg.get(key) or (nested.get(key) if isinstance(nested, dict) else None)
+
+
 def scheme_from_config(cfg: dict[str, Any]) -> QuantScheme:
     """Interpret a checkpoint's ``quantization_config``."""
     method = str(cfg.get("quant_method", "")).lower()
@@ -229,9 +237,7 @@ def scheme_from_config(cfg: dict[str, Any]) -> QuantScheme:
         )
     if method in ("modelopt", "modelopt_fp4"):  # the second as the catalog and vLLM resolve it
         default = "NVFP4" if method == "modelopt_fp4" else "FP8"
-        algo = str(
-            cfg.get("quant_algo") or (cfg.get("quantization") or {}).get("quant_algo") or default
-        ).upper()
+        algo = str(modelopt_field(cfg, "quant_algo") or default).upper()
         if "FP4" in algo:
             return QuantScheme("modelopt_fp4", 0.5 + 1 / 16, "NVFP4 (ModelOpt)", ignore)
         return QuantScheme("modelopt", 1.0, "FP8 per-tensor (ModelOpt)", ignore)

@@ -58,7 +58,6 @@ class RecommendRequest(BaseModel):
     )
     hf_overrides: HfOverrides = Field(
         default_factory=dict,
-        max_length=64,
         description="config.json overrides for the candidates, KEY=VALUE (vLLM --hf-overrides).",
     )
     model_quality: dict[str, float] = Field(

@@ -182,7 +182,6 @@ class WorkloadDeployment(_Strict):
     model: str | None = Field(default=None, description="Hugging Face id or path.")
     hf_overrides: HfOverrides | None = Field(
         default=None,
-        max_length=64,
         description="config.json fields the engine overrides (vLLM --hf-overrides), e.g. "
         '{"model_type": "llama4_text"} to serve Llama 4\'s language model alone.',
     )

@@ -61,13 +61,9 @@ def _overrides(c: Config) -> str:
     """The config overrides as the JSON object vLLM's --hf-overrides and SGLang's
     --json-model-override-args take, shell-quoted; each value typed as the calculators read it
     (``model_type=llama4_text`` a string, ``num_key_value_heads=8`` a number)."""
-    typed = {}
-    for key, value in c.hf_overrides:
-        try:
-            typed[key] = json.loads(value)
-        except ValueError:
-            typed[key] = value
-    return shlex.quote(json.dumps(typed))
+    from ..architecture import parse_override
+
+    return shlex.quote(json.dumps({k: parse_override(v) for k, v in c.hf_overrides}))
 
 
 def _trtllm_serve(s: Screened) -> str:

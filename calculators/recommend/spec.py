@@ -34,7 +34,7 @@ class ModelOption(BaseModel):
 
     model: str = Field(min_length=1, max_length=4096)
     revision: str | None = Field(default=None, max_length=200)
-    hf_overrides: HfOverrides = Field(default_factory=dict, max_length=64)
+    hf_overrides: HfOverrides = Field(default_factory=dict)
     """config.json fields to override (vLLM's --hf-overrides), as predict takes them."""
     quality: float | None = Field(
         default=None, description="The product's evaluation score for this model."
