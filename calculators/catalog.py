@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 from .errors import InputError
 from .files import MiB, expand_path, loads_json, path_exists, read_text
+from .quantization import modelopt_field
 
 DATA_DIR = Path(__file__).parent / "data"
 GPU_FILE = DATA_DIR / "gpus.toml"
@@ -260,7 +261,7 @@ def _with_modelopt_quantization(
     """
     if not hf_quant_config or config.get("quantization_config"):
         return config, ""
-    algo = str((hf_quant_config.get("quantization") or {}).get("quant_algo", "")).upper()
+    algo = str(modelopt_field(hf_quant_config, "quant_algo") or "").upper()
     method = "modelopt_fp4" if "FP4" in algo else "modelopt"
     config = {**config, "quantization_config": {**hf_quant_config, "quant_method": method}}
     return config, (
