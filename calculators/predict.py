@@ -725,7 +725,8 @@ def _predict_assumptions(
         "step time = max(compute, memory) + tensor-parallel all-reduces + per-step overhead, with the "
         "calibrated efficiency factors listed under factors",
         _scheduler_phrase(req.engine, admitted_batch(model, mean_tokens), model.prefill_first),
-        f"{_hits_phrase(req)}, no speculative decoding; server-side times (no network, tokenization)",
+        f"{_hits_phrase(req)}, no speculative decoding; no network time",
+        _request_cost_phrase(req, model.efficiency.request_overhead_ms),
         *model.notes,
     ]
     if req.speculative_method is not None:
@@ -778,6 +779,23 @@ def _scheduler_phrase(engine: str, batch: int, prefill_first: bool = False) -> s
             "running decodes wait; preemption by recompute of the newest request"
         )
     return f"scheduler as vLLM V1: {vllm}"
+
+
+def _request_cost_phrase(req: PredictRequest, overhead_ms: float) -> str:
+    """What TTFT and E2E carry besides the GPU steps. Said either way: the cost is fitted for
+    some engines only, and where it is not, low-load TTFTs come out short by that much."""
+    if overhead_ms > 0:
+        return (
+            f"every TTFT and E2E carries {req.engine}'s calibrated per-request cost outside the "
+            f"GPU steps ({overhead_ms:g} ms: HTTP handling, tokenization, hand-off to the "
+            "engine loop)"
+        )
+    return (
+        f"{req.engine}'s per-request cost outside the GPU steps (HTTP handling, tokenization, "
+        "hand-off to the engine loop) is not in the published calibration data and counts as "
+        "0 here: at low load it adds to every TTFT and E2E (`inferwise calibrate` with a "
+        "concurrency-1 run of your own fits it as request_overhead_ms)"
+    )
 
 
 def _hits_phrase(req: Any) -> str:

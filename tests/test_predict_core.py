@@ -71,6 +71,18 @@ def test_factors_and_assumptions_are_reported():
     assert any("concurrency 1" in a for a in r.assumptions)
 
 
+def test_assumptions_say_whether_the_per_request_cost_is_in_ttft():
+    """SGLang's fitted cost outside the GPU steps is in every TTFT and said with its value;
+    vLLM's is not measured, and the output says it counts as 0 and how to fit it."""
+    sglang = run(engine="sglang", input_tokens=500, output_tokens=50)
+    vllm = run(input_tokens=500, output_tokens=50)
+    overhead = sglang.factors["request_overhead_ms"]
+    assert overhead > 0
+    assert any(f"({overhead:g} ms:" in a for a in sglang.assumptions)
+    assert vllm.factors["request_overhead_ms"] == 0
+    assert any("counts as 0 here" in a and "inferwise calibrate" in a for a in vllm.assumptions)
+
+
 def test_same_seed_same_answer():
     a = run(request_rate=5, input_tokens_p95=4000)
     b = run(request_rate=5, input_tokens_p95=4000)
