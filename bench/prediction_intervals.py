@@ -43,6 +43,16 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "perf_measurements.toml"
 
 
+def publication(url: str) -> str:
+    """The source a measurement counts under: one publisher's harness and setup. Files of one
+    GitHub repository (its result logs, its issues and pull requests) are one source however
+    many files the runs were saved in; any other page is its own."""
+    parts = url.split("/")
+    if len(parts) > 4 and parts[2] == "github.com":
+        return "/".join(parts[2:5])
+    return url
+
+
 @dataclass(frozen=True)
 class Residual:
     """One measured value next to its prediction, with the regime it belongs to."""
@@ -107,7 +117,7 @@ def residuals(measurements: list[dict], efficiencies: dict | None = None) -> lis
                 Residual(
                     m["id"],
                     name,
-                    m["source_url"],
+                    publication(m["source_url"]),
                     m["split"],
                     metric_family(name),
                     engine,
@@ -134,8 +144,8 @@ def interval_cells(rs: list[Residual]) -> dict[str, dict]:
     for key, members in sorted(groups.items()):
         lo, hi = prediction_bounds(members)
         cells[key] = {
-            "ratio_p10": round(lo, 4),
-            "ratio_p90": round(hi, 4),
+            "ratio_p10": float(f"{lo:.4g}"),  # significant digits: a 2-source cell's bound
+            "ratio_p90": float(f"{hi:.4g}"),  # can lie far below 1e-4 and is still positive
             "values": len(members),
             "sources": len({r.source for r in members}),
         }
