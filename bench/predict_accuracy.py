@@ -288,6 +288,10 @@ def fit(
     return fitted
 
 
+def sglang_on_nvidia(m: dict) -> bool:
+    return m.get("engine") == "sglang" and get_gpu(m["gpu"]).vendor == "nvidia"
+
+
 A100_TABLES = tuple(
     ("gpu", g) for g in ("a100-sxm-80gb", "a100-sxm-40gb", "a100-pcie-80gb", "a100-pcie-40gb")
 )
@@ -334,9 +338,27 @@ LAYER_FITS = (
     ),
     LayerFit(
         (("engine", "sglang"),),
+        "step_overhead_ms",
+        lambda m: sglang_on_nvidia(m) and m.get("tensor_parallel_size", 1) == 1,
+        "SGLang's overlap scheduler prepares the next batch on the CPU while the GPU runs this one",
+    ),
+    LayerFit(
+        (("engine", "sglang"),),
+        "moe_layer_overhead_us",
+        lambda m: sglang_on_nvidia(m) and measurement_architecture(m) != "dense",
+        "SGLang's fused-MoE path launches kernels whose gaps do not hide at small batch",
+    ),
+    LayerFit(
+        (("engine", "sglang"),),
         "request_overhead_ms",
-        lambda m: m.get("engine") == "sglang" and get_gpu(m["gpu"]).vendor == "nvidia",
+        lambda m: sglang_on_nvidia(m) and m.get("tensor_parallel_size", 1) == 1,
         "SGLang's per-request cost outside the GPU (tokenizer manager, scheduler hand-off)",
+    ),
+    LayerFit(
+        (("engine", "sglang"),),
+        "request_overhead_per_rank_ms",
+        lambda m: sglang_on_nvidia(m) and m.get("tensor_parallel_size", 1) > 1,
+        "what each further tensor-parallel rank adds: rank 0 broadcasts new requests to the others",
     ),
     LayerFit(
         (("generation", "mla-moe-early-2025"),),

@@ -37,6 +37,7 @@ _KEYS = (
     "compute_half_tokens",
     "attn_seq_overhead_us",
     "request_overhead_ms",
+    "request_overhead_per_rank_ms",
     "single_seq_step_factor",
 )
 
@@ -113,6 +114,7 @@ def load_efficiency(
         compute_half_tokens=float(merged.get("compute_half_tokens", 0.0)),
         attn_seq_overhead_us=float(merged.get("attn_seq_overhead_us", 0.0)),
         request_overhead_ms=float(merged.get("request_overhead_ms", 0.0)),
+        request_overhead_per_rank_ms=float(merged.get("request_overhead_per_rank_ms", 0.0)),
         attention_compute_fraction=merged.get("attention_compute_fraction"),
         source=f"data/efficiency.toml [{', '.join(used)}]: {merged.get('source', '')}",
     )
@@ -352,6 +354,7 @@ _BOUNDS = {
     "compute_half_tokens": (1.0, 4096.0),
     "attn_seq_overhead_us": (0.01, 20.0),
     "request_overhead_ms": (0.1, 300.0),
+    "request_overhead_per_rank_ms": (0.01, 100.0),
     "kernel_fraction": (0.05, 1.0),
 }
 

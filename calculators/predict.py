@@ -785,10 +785,13 @@ def _request_cost_phrase(req: PredictRequest, overhead_ms: float) -> str:
     """What TTFT and E2E carry besides the GPU steps. Said either way: the cost is fitted for
     some engines only, and where it is not, low-load TTFTs come out short by that much."""
     if overhead_ms > 0:
+        ranks = req.tensor_parallel_size
         return (
             f"every TTFT and E2E carries {req.engine}'s calibrated per-request cost outside the "
-            f"GPU steps ({overhead_ms:g} ms: HTTP handling, tokenization, hand-off to the "
-            "engine loop)"
+            f"GPU steps ({overhead_ms:.1f} ms at tensor parallel {ranks}: HTTP handling, "
+            "tokenization, hand-off to the engine loop"
+            + (", and to the other ranks" if ranks > 1 else "")
+            + ")"
         )
     return (
         f"{req.engine}'s per-request cost outside the GPU steps (HTTP handling, tokenization, "

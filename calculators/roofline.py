@@ -227,6 +227,12 @@ class Efficiency:
     """Per request, outside the GPU: the API server's HTTP handling, tokenization and hand-off
     to the engine loop before the request can be scheduled. A latency every request's TTFT and
     E2E carry, not a cost of the step (it overlaps other requests' steps)."""
+    request_overhead_per_rank_ms: float = 0.0
+    """What each tensor-parallel rank beyond the first adds to that cost: SGLang's scheduler
+    takes new requests in on rank 0 and hands them to the other ranks as pickled objects over
+    a CPU process group (``broadcast_pyobj`` in its ``recv_requests``, done only when
+    ``tp_size != 1``) before any rank can schedule them. Folded into ``request_overhead_ms``
+    when a deployment's step model is built (:func:`for_tensor_parallel`)."""
     attention_compute_fraction: float | None = None
     """Achievable fraction of the 16-bit peak in attention's score and value products
     (FlashAttention-style kernels); None = compute_fraction. Kept apart so that a kernel
@@ -259,6 +265,7 @@ class Efficiency:
             "compute_half_tokens": self.compute_half_tokens,
             "attn_seq_overhead_us": self.attn_seq_overhead_us,
             "request_overhead_ms": self.request_overhead_ms,
+            "request_overhead_per_rank_ms": self.request_overhead_per_rank_ms,
             "single_seq_step_factor": self.single_seq_step_factor,
             **({} if own_attention is None else {"attention_compute_fraction": own_attention}),
         }
@@ -763,6 +770,21 @@ def compute_dtype(scheme: Any, gpu: Any) -> tuple[str, str]:
     return "bf16", "BF16/FP16 GEMMs"
 
 
+def for_tensor_parallel(efficiency: Efficiency, tensor_parallel_size: int) -> Efficiency:
+    """The factors of one deployment: the per-rank request cost folded into the request cost
+    its TTFT and E2E carry (so every reader of ``request_overhead_ms`` sees the deployment's
+    own, and folding twice changes nothing)."""
+    per_rank = efficiency.request_overhead_per_rank_ms
+    if not per_rank:
+        return efficiency
+    return replace(
+        efficiency,
+        request_overhead_ms=efficiency.request_overhead_ms
+        + per_rank * max(0, tensor_parallel_size - 1),
+        request_overhead_per_rank_ms=0.0,
+    )
+
+
 def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepModel:
     from .architecture import from_config
     from .calibration import architecture_class, kernel_generation, load_efficiency
@@ -792,7 +814,10 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         generation = kernel_generation(
             dep.engine, dep.engine_version, gpu.vendor, architecture_class(arch)
         )
-    eff = efficiency or load_efficiency(gpu, dep.engine, generation=generation)
+    eff = for_tensor_parallel(
+        efficiency or load_efficiency(gpu, dep.engine, generation=generation),
+        dep.tensor_parallel_size,
+    )
     notes = [why, *arch.notes, *cap["notes"]]
     if generation is not None:
         notes.append(_generation_note(dep, generation))

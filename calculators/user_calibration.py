@@ -163,6 +163,7 @@ def calibrated_efficiency(published: Any, factors: CalibratedFactors) -> Any:
     # the calibration carries its own per-request cost (factors.request_overhead_ms, added by
     # shift_by_overhead): the published one must not count twice
     known["request_overhead_ms"] = 0.0
+    known["request_overhead_per_rank_ms"] = 0.0
     return replace(published, **known, source=published.source)
 
 
@@ -442,8 +443,9 @@ def fit_deployment(
 
     # the per-request cost is fitted as its own term (simulate_point adds it), starting from
     # the published one (SGLang's front end), so the simulation runs without it
-    overhead0 = start.request_overhead_ms
-    prob = _Problem(build, replace(start, request_overhead_ms=0.0), points, overhead0=overhead0)
+    overhead0 = build(start).efficiency.request_overhead_ms  # the deployment's, ranks folded in
+    without = replace(start, request_overhead_ms=0.0, request_overhead_per_rank_ms=0.0)
+    prob = _Problem(build, without, points, overhead0=overhead0)
     count = sum(len(m) for m in prob.measured)
     if count < MIN_VALUES:
         raise InputError(

@@ -111,7 +111,9 @@ def test_sglang_and_vllm_v0_run_prompt_steps_without_cuda_graphs():
     floor = sglang.eager_floor_ms()
     assert sglang.step_ms(64, 0, 0) >= floor * (1 - 1e-9)
     assert floor > v1.step_ms(64, 0, 0)
-    assert sglang.decode_ms(8, 1000) < floor / 2  # decode steps replay their graph
+    graphed_decode = replace(sglang, prefill_eager=False).decode_ms(8, 1000)
+    assert sglang.decode_ms(8, 1000) == pytest.approx(graphed_decode)  # decode replays its graph
+    assert graphed_decode < floor
     # a long prompt hides the dispatch behind the GPU's work: no floor on top of it
     gpu_bound = sglang.breakdown(60_000, 0, 0)
     assert gpu_bound.total_ms > floor
@@ -123,8 +125,9 @@ def test_sglang_and_vllm_v0_run_prompt_steps_without_cuda_graphs():
 def test_sglang_moe_layers_on_rocm_carry_a_decode_floor_of_their_own():
     """SGLang on MI300X: a routed-expert layer adds [vendor.amd.engine.sglang]
     moe_layer_overhead_us to a step's fixed cost (its fused-MoE launches), so a MoE model's
-    batch-1 decode is slower than its weight reads. vLLM on the same GPU, SGLang on an NVIDIA
-    GPU and a dense model pay none (the fit speaks for none of them)."""
+    batch-1 decode is slower than its weight reads. vLLM on the same GPU pays none (the fit
+    does not speak for its kernels); SGLang on an NVIDIA GPU pays the far smaller floor fitted
+    there ([engine.sglang], with its overlap scheduler's small step cost)."""
     coder = {
         "model": "Qwen/Qwen3-Coder-480B-A35B-Instruct",
         "tensor_parallel_size": 8,
@@ -134,11 +137,10 @@ def test_sglang_moe_layers_on_rocm_carry_a_decode_floor_of_their_own():
     amd = StepModel.from_deployment(Deployment(**coder, gpu="mi300x", engine="sglang"))
     assert amd.efficiency.moe_layer_overhead_us > 100 and amd.shape.moe_layers == 62
     assert "vendor.amd.engine.sglang" in amd.efficiency.source
-    for other in (
-        Deployment(**coder, gpu="mi300x", engine="vllm"),
-        Deployment(**coder, gpu="h200", engine="sglang"),
-    ):
-        assert StepModel.from_deployment(other).efficiency.moe_layer_overhead_us == 0
+    rocm_vllm = StepModel.from_deployment(Deployment(**coder, gpu="mi300x", engine="vllm"))
+    assert rocm_vllm.efficiency.moe_layer_overhead_us == 0
+    nvidia = StepModel.from_deployment(Deployment(**coder, gpu="h200", engine="sglang"))
+    assert 0 < nvidia.efficiency.moe_layer_overhead_us < amd.efficiency.moe_layer_overhead_us / 5
     floor_ms = amd.efficiency.moe_layer_overhead_us * amd.shape.moe_layers * 1e-3
     without = replace(amd, efficiency=replace(amd.efficiency, moe_layer_overhead_us=0.0))
     assert amd.decode_ms(1, 600) == pytest.approx(without.decode_ms(1, 600) + floor_ms)

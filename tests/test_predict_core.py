@@ -78,9 +78,38 @@ def test_assumptions_say_whether_the_per_request_cost_is_in_ttft():
     vllm = run(input_tokens=500, output_tokens=50)
     overhead = sglang.factors["request_overhead_ms"]
     assert overhead > 0
-    assert any(f"({overhead:g} ms:" in a for a in sglang.assumptions)
+    assert any(f"({overhead:.1f} ms at tensor parallel 1:" in a for a in sglang.assumptions)
     assert vllm.factors["request_overhead_ms"] == 0
     assert any("counts as 0 here" in a and "inferwise calibrate" in a for a in vllm.assumptions)
+
+
+def test_sglang_request_cost_grows_with_its_tensor_parallel_ranks():
+    """SGLang's rank 0 hands every new request to the other tensor-parallel ranks before any
+    can schedule it: the cost TTFT carries is the TP 1 cost plus a fitted share per further
+    rank, folded in once; vLLM's stays unmeasured (0) at any TP, and a user calibration, which
+    fits the whole cost itself, starts from no published share."""
+    import tomllib
+
+    from inferwise.calculators.calibration import EFFICIENCY_FILE, load_efficiency
+    from inferwise.calculators.catalog import get_gpu
+    from inferwise.calculators.roofline import for_tensor_parallel
+    from inferwise.calculators.user_calibration import CalibratedFactors, calibrated_efficiency
+
+    layer = tomllib.loads(EFFICIENCY_FILE.read_text())["engine"]["sglang"]
+    qwen = {"model": "Qwen/Qwen3-8B", "input_tokens": 500, "output_tokens": 50}
+    tp1 = run(**qwen, engine="sglang").factors
+    tp8 = run(**qwen, engine="sglang", tensor_parallel_size=8).factors
+    assert tp1["request_overhead_ms"] == pytest.approx(layer["request_overhead_ms"])
+    per_rank = layer["request_overhead_per_rank_ms"]
+    assert tp8["request_overhead_ms"] == pytest.approx(tp1["request_overhead_ms"] + 7 * per_rank)
+    assert tp8["request_overhead_per_rank_ms"] == 0  # folded in once
+    assert run(**qwen, tensor_parallel_size=8).factors["request_overhead_ms"] == 0
+    published = load_efficiency(get_gpu("h100-sxm-80gb"), "sglang")
+    assert for_tensor_parallel(for_tensor_parallel(published, 8), 8) == for_tensor_parallel(
+        published, 8
+    )
+    user = calibrated_efficiency(published, CalibratedFactors(efficiency={}))
+    assert user.request_overhead_ms == 0 and user.request_overhead_per_rank_ms == 0
 
 
 def test_same_seed_same_answer():

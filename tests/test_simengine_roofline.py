@@ -48,11 +48,12 @@ def test_a_deployment_the_catalog_does_not_know_fails_before_serving():
 
 def test_an_sglang_deployment_pays_its_front_end_before_the_first_token():
     """The simulated SGLang server delays every request by the per-request cost its factors
-    carry, as predict does: TTFT of a short prompt is that cost plus one short prefill."""
+    carry, as predict does: TTFT of a short prompt is that cost plus one short prefill. At
+    tensor parallel 8 the cost includes rank 0's hand-off of each request to seven others."""
     from inferwise.calculators.deployment import Deployment
     from inferwise.calculators.roofline import StepModel
 
-    cfg = dict(model="Qwen/Qwen3-8B", gpu="h100-sxm-80gb", engine="sglang")
+    cfg = dict(model="Qwen/Qwen3-8B", gpu="h100-sxm-80gb", engine="sglang", tensor_parallel_size=8)
     front = StepModel.from_deployment(Deployment(**cfg)).efficiency.request_overhead_ms
     assert front > 50
     with SimServer(**cfg) as sim:
