@@ -265,9 +265,14 @@ class Efficiency:
             "compute_half_tokens": self.compute_half_tokens,
             "attn_seq_overhead_us": self.attn_seq_overhead_us,
             "request_overhead_ms": self.request_overhead_ms,
-            "request_overhead_per_rank_ms": self.request_overhead_per_rank_ms,
             "single_seq_step_factor": self.single_seq_step_factor,
             **({} if own_attention is None else {"attention_compute_fraction": own_attention}),
+            # a deployment's factors carry it folded into request_overhead_ms (for_tensor_parallel)
+            **(
+                {"request_overhead_per_rank_ms": self.request_overhead_per_rank_ms}
+                if self.request_overhead_per_rank_ms
+                else {}
+            ),
         }
 
     @property
