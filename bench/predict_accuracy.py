@@ -337,13 +337,13 @@ LAYER_FITS = (
         "SGLang's fused-MoE path on ROCm launches kernels whose gaps do not hide at small batch",
     ),
     LayerFit(
-        (("engine", "sglang"),),
+        (("vendor.nvidia.engine", "sglang"),),
         "step_overhead_ms",
         lambda m: sglang_on_nvidia(m) and m.get("tensor_parallel_size", 1) == 1,
         "SGLang's overlap scheduler prepares the next batch on the CPU while the GPU runs this one",
     ),
     LayerFit(
-        (("engine", "sglang"),),
+        (("vendor.nvidia.engine", "sglang"),),
         "moe_layer_overhead_us",
         lambda m: sglang_on_nvidia(m) and measurement_architecture(m) != "dense",
         "SGLang's fused-MoE path launches kernels whose gaps do not hide at small batch",

@@ -205,9 +205,10 @@ class Efficiency:
     moe_layer_overhead_us: float = 0.0
     """What a routed-expert layer adds to that floor where the fused-MoE path launches its
     steps (routing, token sort and alignment, two grouped GEMMs, the weighted sum) as kernels
-    whose launch gaps do not hide at small batch: SGLang's on ROCm (fitted on
-    [vendor.amd.engine.sglang]); 0 = none (on NVIDIA the MoE rows at batch 1 already come
-    within 10 % without it, and the fit does not speak for vLLM's ROCm kernels)."""
+    whose launch gaps do not hide at small batch: SGLang's on ROCm ([vendor.amd.engine.sglang])
+    and, far smaller, on NVIDIA once its overlap scheduler hides the host's step work
+    ([vendor.nvidia.engine.sglang]); 0 = none (vLLM: its NVIDIA MoE rows at batch 1 come within
+    10 % without it, and the fit does not speak for its ROCm kernels)."""
     mla_layer_overhead_us: float = 0.0
     """What an MLA layer adds to that floor: its low-rank query and KV projections, their
     norms, the rotary part and the absorbed up-projections are each a kernel of their own,

@@ -127,7 +127,7 @@ def test_sglang_moe_layers_on_rocm_carry_a_decode_floor_of_their_own():
     moe_layer_overhead_us to a step's fixed cost (its fused-MoE launches), so a MoE model's
     batch-1 decode is slower than its weight reads. vLLM on the same GPU pays none (the fit
     does not speak for its kernels); SGLang on an NVIDIA GPU pays the far smaller floor fitted
-    there ([engine.sglang], with its overlap scheduler's small step cost)."""
+    there ([vendor.nvidia.engine.sglang], with its overlap scheduler's small step cost)."""
     coder = {
         "model": "Qwen/Qwen3-Coder-480B-A35B-Instruct",
         "tensor_parallel_size": 8,

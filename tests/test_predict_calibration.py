@@ -118,6 +118,7 @@ def test_every_factor_in_the_table_reaches_the_model():
         ("h100-sxm-80gb", "vllm", table["default"]),
         ("mi300x", "vllm", amd),
         ("mi300x", "sglang", amd["engine"]["sglang"]),  # a vendor's engine layer, applied last
+        ("h100-sxm-80gb", "sglang", table["vendor"]["nvidia"]["engine"]["sglang"]),
     ):
         eff = load_efficiency(get_gpu(gpu_id), engine)
         for key, value in layer.items():
