@@ -1,9 +1,10 @@
 """Calibration against the real llama.cpp engine on this machine's CPU: figures.
 
 Starts llama-server (4 slots, one thread) on the generated test model, probes
-concurrency 1, 2, 4, 6, 8 and back down (12 requests each, 48-token prompts, 32 output
-tokens; every load twice) and concurrency 1 twice more with 192-token prompts, calibrates on the runs at 1 and 2 with the CPU as custom
-hardware (issue 14's check), and prints, for 4, 6 and 8, measured vs calibrated vs published
+concurrency 1, 2, 4, 6, 8 and back down (12 requests each, 48-token prompts, 64 output
+tokens; every load twice) between two runs of concurrency 1 with 192-token prompts,
+calibrates on the runs at 1 and 2 with the CPU as custom hardware (issue 14's check), and
+prints, for 4, 6 and 8, measured vs calibrated vs published
 TTFT (mean and median), ITL and output throughput (means over the two runs of a load), and
 how far the two runs of one load differed (the machine's own noise). The engine test
 (tests/engine/test_engine_calibrate.py) sweeps 1, 2, 4, 8 and asserts +-20 % on the TTFT,
