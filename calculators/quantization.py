@@ -84,6 +84,11 @@ class QuantScheme:
     experts_only: bool = False
     """MXFP4 checkpoints (gpt-oss) quantize only the MoE experts."""
     notes: tuple[str, ...] = field(default=())
+    activation_dtype: str | None = None
+    """The dtype a compressed-tensors checkpoint quantizes the GEMM inputs to ("fp8",
+    "int8", "fp4"), None where they stay 16-bit (W8A16, W4A16): whether the engine runs
+    low-precision tensor-core GEMMs or dequantizes the weights for 16-bit ones depends on
+    it, not on the weights' dtype. The other methods imply theirs by name."""
 
     @property
     def is_quantized(self) -> bool:
@@ -156,36 +161,56 @@ def _compressed_tensors(cfg: dict[str, Any]) -> QuantScheme:
         raise InputError("quantization", "compressed-tensors config has no config_groups")
     # Several groups may target different layers; the largest-footprint
     # group is taken for all linear layers (conservative) and said so.
-    best: tuple[float, str] | None = None
+    best: tuple[float, str, str | None] | None = None
     for name, group in groups.items():
         weights = (group or {}).get("weights") or {}
+        acts = _activation_dtype((group or {}).get("input_activations"))
         bits = int(weights.get("num_bits", 8))
         wtype = str(weights.get("type", "int"))
         strategy = str(weights.get("strategy", "tensor"))
         gsize = weights.get("group_size")
         if wtype == "float" and bits == 4:
             per = 0.5 + 1 / 16  # NVFP4: fp8 scale per 16 weights
-            acts = (group or {}).get("input_activations") or {}
-            w4a4 = acts.get("type") == "float" and int(acts.get("num_bits", 16)) == 4
-            desc = f"NVFP4 {'W4A4' if w4a4 else 'W4A16'} (compressed-tensors)"
+            desc = "NVFP4"
         elif wtype == "float":
             per = 1.0 + (
                 _fp8_block_overhead(weights.get("block_structure")) if strategy == "block" else 0.0
             )
-            desc = f"FP8 {strategy} (compressed-tensors)"
+            desc = f"FP8 {strategy}"
         else:
             zero_bits = 0 if weights.get("symmetric", True) else bits
             per = _int_scheme(bits, gsize if strategy == "group" else None, 2, zero_bits)
-            desc = f"INT{bits} {strategy}{f' g{gsize}' if gsize else ''} (compressed-tensors)"
+            desc = f"INT{bits} {strategy}{f' g{gsize}' if gsize else ''}"
+        label = f"W{bits}A{_ACTIVATION_BITS.get(acts, 16)}"
         if best is None or per > best[0]:
-            best = (per, f"{desc} [{name}]")
+            best = (per, f"{desc} {label} (compressed-tensors) [{name}]", acts)
     assert best is not None
     notes = (
         ("several compressed-tensors groups: the largest per-weight cost applied to all",)
         if len(groups) > 1
         else ()
     )
-    return QuantScheme("compressed-tensors", best[0], best[1], _ignore_list(cfg), notes=notes)
+    return QuantScheme(
+        "compressed-tensors",
+        best[0],
+        best[1],
+        _ignore_list(cfg),
+        notes=notes,
+        activation_dtype=best[2],
+    )
+
+
+_ACTIVATION_BITS = {"fp8": 8, "int8": 8, "fp4": 4}
+
+
+def _activation_dtype(acts: Any) -> str | None:
+    """A compressed-tensors group's ``input_activations`` as the dtype its GEMMs take in:
+    absent or 16-bit means the weights are dequantized for a 16-bit GEMM (W8A16, W4A16)."""
+    if not isinstance(acts, dict):
+        return None
+    bits, kind = acts.get("num_bits"), acts.get("type", "int")
+    dtypes = {(8, "float"): "fp8", (8, "int"): "int8", (4, "float"): "fp4"}
+    return dtypes.get((bits, kind)) if isinstance(bits, int) else None
 
 
 def modelopt_field(cfg: dict[str, Any], key: str) -> Any:

@@ -753,20 +753,16 @@ def compute_dtype(scheme: Any, gpu: Any) -> tuple[str, str]:
     checkpoints that quantize activations too (ModelOpt's NVFP4, compressed-tensors
     W4A4) run FP4 GEMMs where it has FP4 units (Blackwell: twice the FP8 rate);
     weight-only formats (AWQ, GPTQ, NVFP4 and MXFP4 on Hopper, bitsandbytes, FP8 on
-    Ampere via Marlin) dequantize to 16-bit for the GEMM, so their FLOP rate stays
-    BF16 while their bytes shrink.
+    Ampere via Marlin, compressed-tensors W8A16 and W4A16) dequantize to 16-bit for the
+    GEMM, so their FLOP rate stays BF16 while their bytes shrink. For compressed-tensors
+    the checkpoint's activation dtype decides (QuantScheme.activation_dtype).
     """
-    method = scheme.method
-    desc = scheme.description.lower()
-    fp4 = method in ("modelopt_fp4", "nvfp4") or (
-        method == "compressed-tensors" and "nvfp4 w4a4" in desc
-    )
+    method, acts = scheme.method, scheme.activation_dtype
+    fp4 = method in ("modelopt_fp4", "nvfp4") or acts == "fp4"
     if fp4 and "fp4" in gpu.dense_tflops:
         return "fp4", f"{method}: NVFP4 weights and activations run FP4 tensor-core GEMMs"
-    fp8 = method in ("fp8", "modelopt", "fbgemm_fp8", "ptpc_fp8") or (
-        method == "compressed-tensors" and "fp8" in desc
-    )
-    int8 = method in ("int8", "w8a8_int8") or (method == "compressed-tensors" and "int8" in desc)
+    fp8 = method in ("fp8", "modelopt", "fbgemm_fp8", "ptpc_fp8") or acts == "fp8"
+    int8 = method in ("int8", "w8a8_int8") or acts == "int8"
     if fp8 and "fp8" in gpu.dense_tflops:
         return "fp8", f"{method}: FP8 weights and activations run FP8 tensor-core GEMMs"
     if int8 and "int8" in gpu.dense_tflops and not scheme.experts_only:

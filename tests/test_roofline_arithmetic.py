@@ -467,6 +467,45 @@ def test_attention_runs_at_the_16_bit_rate_when_the_gemms_run_fp8():
     assert attn16 == pytest.approx(expected_attn_ms)
 
 
+@pytest.mark.parametrize(
+    ("weights", "activations", "dtype"),
+    [
+        (
+            {"num_bits": 8, "type": "float", "strategy": "channel"},
+            {"num_bits": 8, "type": "float"},
+            "fp8",
+        ),
+        ({"num_bits": 8, "type": "float", "strategy": "channel"}, None, "bf16"),
+        (
+            {"num_bits": 8, "type": "int", "strategy": "channel"},
+            {"num_bits": 8, "type": "int"},
+            "int8",
+        ),
+        ({"num_bits": 8, "type": "int", "strategy": "channel"}, None, "bf16"),
+        ({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}, None, "bf16"),
+    ],
+)
+def test_compressed_tensors_gemm_dtype_follows_the_activations_not_the_weights(
+    weights: dict, activations: dict | None, dtype: str
+) -> None:
+    """A compressed-tensors checkpoint runs low-precision GEMMs only where it quantizes the
+    activations too (W8A8): FP8 or INT8 weights with 16-bit activations (W8A16) are
+    dequantized by vLLM's Marlin kernels for a BF16 GEMM, so they keep the BF16 rate while
+    reading a byte per weight. The description says which (it used to decide it)."""
+    from inferwise.calculators.catalog import get_gpu
+    from inferwise.calculators.quantization import scheme_from_config
+    from inferwise.calculators.roofline import compute_dtype
+
+    group: dict = {"targets": ["Linear"], "weights": weights}
+    if activations:
+        group["input_activations"] = activations
+    cfg = {"quant_method": "compressed-tensors", "config_groups": {"group_0": group}}
+    scheme = scheme_from_config(cfg)
+    assert compute_dtype(scheme, get_gpu("h100"))[0] == dtype
+    bits = {"fp8": 8, "int8": 8}.get(dtype, 16)
+    assert f"W{weights['num_bits']}A{bits}" in scheme.description
+
+
 def test_nvfp4_runs_fp4_gemms_on_blackwell_and_16_bit_ones_where_there_are_no_fp4_units(tmp_path):
     """ModelOpt NVFP4 quantizes weights and activations (W4A4): vLLM runs CUTLASS FP4 GEMMs
     on Blackwell, at twice its FP8 rate; on Hopper it dequantizes the weights (Marlin) and
