@@ -67,8 +67,8 @@ def group_of(m: dict) -> str:
         return "generation." + generation
     if m.get("engine", "vllm") not in ("vllm", "sglang"):
         return "engine." + m["engine"]
-    if get_gpu(m["gpu"]).vendor == "amd":
-        return "vendor.amd"
+    if get_gpu(m["gpu"]).vendor == "amd":  # SGLang on ROCm: its own layer (--fit-layers)
+        return "vendor.amd.engine.sglang" if m.get("engine") == "sglang" else "vendor.amd"
     return "engine.sglang" if m.get("engine") == "sglang" else "default"
 
 
@@ -227,7 +227,7 @@ def fit(
     order = ["default"] + sorted(g for g in groups if g != "default")
     for g in order:
         ms = groups.get(g, [])
-        if not ms or g == "engine.sglang" or g.startswith("generation."):
+        if not ms or g.endswith("engine.sglang") or g.startswith("generation."):
             continue  # layers of their own (--fit-layers)
         gpu = get_gpu(ms[0]["gpu"])
         start = load_efficiency(gpu, ms[0].get("engine", "vllm"))
@@ -267,6 +267,8 @@ def fit(
                 "allreduce_latency_us",
             )
         )
+        if g == "vendor.amd":  # held: its TP 1 and TP 8 runs cannot tell it (efficiency.toml)
+            keys = tuple(k for k in keys if k != "kv_bandwidth_fraction")
         if fixed and g == "default":  # held at a measured value instead of fitted
             start = replace(start, **fixed)
             keys = tuple(k for k in keys if k not in fixed)
