@@ -200,17 +200,17 @@ def _compressed_tensors(cfg: dict[str, Any]) -> QuantScheme:
     )
 
 
-_ACTIVATION_BITS = {"fp8": 8, "int8": 8, "fp4": 4}
+_ACTIVATION_DTYPES = {(8, "float"): "fp8", (8, "int"): "int8", (4, "float"): "fp4"}
+"""compressed-tensors ``input_activations`` (num_bits, type) -> the GEMM input dtype."""
+_ACTIVATION_BITS = {dtype: bits for (bits, _), dtype in _ACTIVATION_DTYPES.items()}
 
 
 def _activation_dtype(acts: Any) -> str | None:
     """A compressed-tensors group's ``input_activations`` as the dtype its GEMMs take in:
     absent or 16-bit means the weights are dequantized for a 16-bit GEMM (W8A16, W4A16)."""
-    if not isinstance(acts, dict):
+    if not isinstance(acts, dict) or not isinstance(acts.get("num_bits"), int):
         return None
-    bits, kind = acts.get("num_bits"), acts.get("type", "int")
-    dtypes = {(8, "float"): "fp8", (8, "int"): "int8", (4, "float"): "fp4"}
-    return dtypes.get((bits, kind)) if isinstance(bits, int) else None
+    return _ACTIVATION_DTYPES.get((acts["num_bits"], acts.get("type", "int")))
 
 
 def modelopt_field(cfg: dict[str, Any], key: str) -> Any:

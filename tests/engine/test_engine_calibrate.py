@@ -268,9 +268,9 @@ def calibrated(
 def test_calibrated_on_one_and_two_predicts_four_and_eight(
     calibrated: dict[int, Any], concurrency: int
 ) -> None:
+    table = {k: (round(m, 2), round(c, 2)) for k, (m, c, _) in calibrated[concurrency].items()}
     for metric in ASSERTED[concurrency]:
         measured, cal, _ = calibrated[concurrency][metric]
-        table = {k: (round(m, 2), round(c, 2)) for k, (m, c, _) in calibrated[concurrency].items()}
         assert abs(cal / measured - 1) <= TOLERANCE, (concurrency, metric, table)
 
 
