@@ -450,6 +450,22 @@ def _count_parameters(arch: ModelArchitecture) -> ParamCounts:
     return ParamCounts(total=total, active_per_token=active, **by)
 
 
+def replicated_matmul_params(arch: ModelArchitecture, tp: int) -> float:
+    """Matmul parameters that tensor parallelism does not split, counted once for every rank
+    beyond the first: MLA's low-rank query and KV down-projections (``ReplicatedLinear`` in
+    vLLM and SGLang), MoE routers, DeepSeek-V3.2's indexer, and K/V heads kept on several
+    ranks once ``tp`` exceeds them. Every rank multiplies each token by them in full, so the
+    step's FLOPs and weight reads grow by this much over an even split (DeepSeek-R1 at TP 8:
+    about a sixth more per-rank GEMM work than 1/8 of the model)."""
+    if tp <= 1:
+        return 0.0
+    return sum(
+        _per_rank_params(p, arch, tp) * tp - p.params
+        for p in _parts(arch)
+        if p.category in ("attention", "router") and p.split in ("rep", "kv")
+    )
+
+
 def _per_rank_params(p: _Part, arch: ModelArchitecture, tp: int) -> float:
     if p.split == "rep":
         return p.params

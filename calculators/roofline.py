@@ -89,6 +89,10 @@ class ModelShape:
     """For KV replication under tensor parallelism (0 = not replicated / MLA handled by caller)."""
     mla_layers: int = 0
     """Layers whose attention is multi-head latent attention (DeepSeek-V2/V3 style)."""
+    replicated_params: float = 0.0
+    """Matmul parameters every tensor-parallel rank holds and multiplies in full, summed over
+    the ranks beyond the first (params.replicated_matmul_params): work an even split by TP
+    would leave out."""
     sliding_window: int = 0
     """Tokens a sliding-window layer attends to (0: none). Its kernel reads at most this
     many cached tokens per sequence and scores at most this many keys per query, however
@@ -408,7 +412,9 @@ class StepModel:
         # FLOPs: matmuls for every token (LM head only for sampled ones) + attention.
         expert_params = s.moe_layers * s.experts_per_token * s.expert_params
         body_params = s.active_params - s.lm_head_params - expert_params
-        flops = 2.0 * body_params * tokens + 2.0 * s.lm_head_params * sampled
+        flops = (
+            2.0 * (body_params + s.replicated_params) * tokens + 2.0 * s.lm_head_params * sampled
+        )
         kv_tokens, pairs = s.window_capped(prefill_tokens, decode_seqs, kv_tokens, pairs)
         # Attention: one (query, key) pair per prompt pair and per cached token a decode reads,
         # at the 16-bit rate whatever the weights' GEMMs run in.
@@ -424,7 +430,7 @@ class StepModel:
         ) * 1e3
         flops = flops + attn_flops + expert_flops
         # Bytes: weights (dense + touched experts) + KV of the whole batch, split over TP.
-        weight_bytes = s.dense_weight_bytes
+        weight_bytes = s.dense_weight_bytes * (1.0 + s.replicated_params / s.dense_params)
         if s.num_experts:
             touched = s.expected_experts_touched(tokens)
             weight_bytes = weight_bytes + s.moe_layers * touched * s.expert_weight_bytes
@@ -662,7 +668,12 @@ def dense_shape(
 
 
 def shape_from_architecture(
-    arch: Any, name: str, scheme: Any, dtype_bytes: float, kv_bytes_per_token: float
+    arch: Any,
+    name: str,
+    scheme: Any,
+    dtype_bytes: float,
+    kv_bytes_per_token: float,
+    tensor_parallel_size: int = 1,
 ) -> ModelShape:
     """Split a model into the parts the step time depends on.
 
@@ -672,7 +683,7 @@ def shape_from_architecture(
     head runs only for sampled tokens, and embeddings are looked up rather
     than multiplied.
     """
-    from .params import count_parameters, weight_bytes
+    from .params import count_parameters, replicated_matmul_params, weight_bytes
 
     counts = count_parameters(arch)
     wb = weight_bytes(arch, scheme, dtype_bytes, 1, 1).by_category
@@ -734,6 +745,7 @@ def shape_from_architecture(
         lm_head_params=lm_head,
         num_kv_heads=0 if mla is not None else arch.num_kv_heads,
         mla_layers=sum(1 for k in arch.layer_kinds if k == "mla"),
+        replicated_params=replicated_matmul_params(arch, tensor_parallel_size),
     )
 
 
@@ -801,7 +813,9 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
     dtype_b = DTYPE_BYTES.get(str(dtype).lower().removeprefix("torch."), 2.0)
     cap = _capacity(dep, arch, gpu, dtype_b)
     dtype_key, why = compute_dtype(scheme, gpu)
-    shape = shape_from_architecture(arch, source.hf_id, scheme, dtype_b, cap["kv_bytes_per_token"])
+    shape = shape_from_architecture(
+        arch, source.hf_id, scheme, dtype_b, cap["kv_bytes_per_token"], dep.tensor_parallel_size
+    )
     hw = Hardware(
         name=gpu.id,
         peak_tflops=_peak_tflops(gpu, dtype_key),
