@@ -244,6 +244,8 @@ def fit(
             start = replace(start, per_layer_overhead_us=10.0)
         if start.kv_bandwidth_fraction is None:
             start = replace(start, kv_bandwidth_fraction=start.bandwidth_fraction * 0.8)
+        if g == "default" and start.block_fp8_fraction == 1.0:  # start inside its range
+            start = replace(start, block_fp8_fraction=0.7)
         if start.moe_compute_fraction is None:
             start = replace(start, moe_compute_fraction=start.compute_fraction)
         keys = (
@@ -256,6 +258,7 @@ def fit(
                 "step_overhead_ms",
                 "allreduce_latency_us",
                 "link_fraction",
+                "block_fp8_fraction",
             )
             if g == "default"
             else (

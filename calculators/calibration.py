@@ -39,6 +39,7 @@ _KEYS = (
     "request_overhead_ms",
     "request_overhead_per_rank_ms",
     "single_seq_step_factor",
+    "block_fp8_fraction",
 )
 
 
@@ -116,6 +117,7 @@ def load_efficiency(
         request_overhead_ms=float(merged.get("request_overhead_ms", 0.0)),
         request_overhead_per_rank_ms=float(merged.get("request_overhead_per_rank_ms", 0.0)),
         attention_compute_fraction=merged.get("attention_compute_fraction"),
+        block_fp8_fraction=float(merged.get("block_fp8_fraction", 1.0)),
         source=f"data/efficiency.toml [{', '.join(used)}]: {merged.get('source', '')}",
     )
 
@@ -356,6 +358,7 @@ _BOUNDS = {
     "request_overhead_ms": (0.1, 300.0),
     "request_overhead_per_rank_ms": (0.01, 100.0),
     "kernel_fraction": (0.05, 1.0),
+    "block_fp8_fraction": (0.3, 1.0),
 }
 
 

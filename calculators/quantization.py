@@ -89,6 +89,11 @@ class QuantScheme:
     "int8", "fp4"), None where they stay 16-bit (W8A16, W4A16): whether the engine runs
     low-precision tensor-core GEMMs or dequantizes the weights for 16-bit ones depends on
     it, not on the weights' dtype. The other methods imply theirs by name."""
+    block_scaled: bool = False
+    """FP8 weights with a scale per block of weights (``weight_block_size`` [128, 128], the
+    DeepSeek-V3 layout, or compressed-tensors' ``block`` strategy) and activations quantized
+    per group of 128 at run time: the engines run them in block-scaled GEMM kernels, which do
+    not reach the per-tensor FP8 rate (``Efficiency.block_fp8_fraction``)."""
 
     @property
     def is_quantized(self) -> bool:
@@ -161,7 +166,7 @@ def _compressed_tensors(cfg: dict[str, Any]) -> QuantScheme:
         raise InputError("quantization", "compressed-tensors config has no config_groups")
     # Several groups may target different layers; the largest-footprint
     # group is taken for all linear layers (conservative) and said so.
-    best: tuple[float, str, str | None] | None = None
+    best: tuple[float, str, str | None, bool] | None = None
     for name, group in groups.items():
         weights = (group or {}).get("weights") or {}
         acts = _activation_dtype((group or {}).get("input_activations"))
@@ -183,7 +188,8 @@ def _compressed_tensors(cfg: dict[str, Any]) -> QuantScheme:
             desc = f"INT{bits} {strategy}{f' g{gsize}' if gsize else ''}"
         label = f"W{bits}A{_ACTIVATION_BITS.get(acts, 16)}"
         if best is None or per > best[0]:
-            best = (per, f"{desc} {label} (compressed-tensors) [{name}]", acts)
+            block = wtype == "float" and bits == 8 and strategy == "block"
+            best = (per, f"{desc} {label} (compressed-tensors) [{name}]", acts, block)
     assert best is not None
     notes = (
         ("several compressed-tensors groups: the largest per-weight cost applied to all",)
@@ -197,6 +203,7 @@ def _compressed_tensors(cfg: dict[str, Any]) -> QuantScheme:
         _ignore_list(cfg),
         notes=notes,
         activation_dtype=best[2],
+        block_scaled=best[3],
     )
 
 
@@ -234,6 +241,7 @@ def scheme_from_config(cfg: dict[str, Any]) -> QuantScheme:
                 f", {cfg['weight_block_size']} block scales" if cfg.get("weight_block_size") else ""
             ),
             ignore,
+            block_scaled=bool(cfg.get("weight_block_size")),
         )
     if method in ("awq", "awq_marlin", "gptq", "gptq_marlin"):
         bits = int(cfg.get("bits", cfg.get("w_bit", 4)))

@@ -89,6 +89,9 @@ class ModelShape:
     """For KV replication under tensor parallelism (0 = not replicated / MLA handled by caller)."""
     mla_layers: int = 0
     """Layers whose attention is multi-head latent attention (DeepSeek-V2/V3 style)."""
+    block_scaled_fp8: bool = False
+    """The GEMMs run block-scaled FP8 kernels (``QuantScheme.block_scaled`` on a GPU with FP8
+    units): their rate is ``Efficiency.block_fp8_fraction`` of the FP8 peak."""
     replicated_params: float = 0.0
     """Matmul parameters every tensor-parallel rank holds and multiplies in full, summed over
     the ranks beyond the first (params.replicated_matmul_params): work an even split by TP
@@ -243,6 +246,12 @@ class Efficiency:
     (FlashAttention-style kernels); None = compute_fraction. Kept apart so that a kernel
     generation's GEMM rates (data/efficiency.toml [generation.*]) do not scale it: the
     attention kernels of those releases were the FlashAttention ones of today."""
+    block_fp8_fraction: float = 1.0
+    """Share of the per-tensor FP8 GEMM rate that block-scaled FP8 GEMMs reach (weights
+    with a scale per 128 x 128 block, activations quantized per group of 128 before each
+    GEMM: DeepSeek-V3/R1, Kimi-K2, Qwen3 FP8 checkpoints). The kernels apply the scales
+    inside the main loop and quantize their inputs in a kernel of their own; 1 = as fast as
+    per-tensor FP8."""
     single_seq_step_factor: float = 1.0
     """A decode step of one sequence alone takes this share of what the batched terms give:
     a single sequence can run other kernels (matrix-vector) than a batch (matrix-matrix),
@@ -271,6 +280,7 @@ class Efficiency:
             "attn_seq_overhead_us": self.attn_seq_overhead_us,
             "request_overhead_ms": self.request_overhead_ms,
             "single_seq_step_factor": self.single_seq_step_factor,
+            "block_fp8_fraction": self.block_fp8_fraction,
             **({} if own_attention is None else {"attention_compute_fraction": own_attention}),
             # a deployment's factors carry it folded into request_overhead_ms (for_tensor_parallel)
             **(
@@ -421,6 +431,8 @@ class StepModel:
         attn_flops = s.attn_flops_per_pair * (pairs + kv_tokens)
         expert_flops = 2.0 * expert_params * tokens
         peak = hw.peak_tflops * 1e12 * tp
+        if s.block_scaled_fp8:
+            peak = peak * e.block_fp8_fraction
         attn_peak = (hw.attention_tflops or hw.peak_tflops) * 1e12 * tp
         if e.compute_half_tokens > 0:  # few-row GEMMs run further from peak
             peak = peak * (tokens + 1e-9) / (tokens + 1e-9 + e.compute_half_tokens)
@@ -816,6 +828,8 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
     shape = shape_from_architecture(
         arch, source.hf_id, scheme, dtype_b, cap["kv_bytes_per_token"], dep.tensor_parallel_size
     )
+    if scheme.block_scaled and dtype_key == "fp8":
+        shape = replace(shape, block_scaled_fp8=True)
     hw = Hardware(
         name=gpu.id,
         peak_tflops=_peak_tflops(gpu, dtype_key),
