@@ -246,6 +246,8 @@ def fit(
             start = replace(start, kv_bandwidth_fraction=start.bandwidth_fraction * 0.8)
         if g == "default" and start.block_fp8_fraction == 1.0:  # start inside its range
             start = replace(start, block_fp8_fraction=0.7)
+        if g == "default" and not start.moe_half_width:
+            start = replace(start, moe_half_width=1000.0, moe_compute_fraction=0.5)
         if start.moe_compute_fraction is None:
             start = replace(start, moe_compute_fraction=start.compute_fraction)
         keys = (
@@ -259,6 +261,7 @@ def fit(
                 "allreduce_latency_us",
                 "link_fraction",
                 "block_fp8_fraction",
+                "moe_half_width",
             )
             if g == "default"
             else (

@@ -40,6 +40,7 @@ _KEYS = (
     "request_overhead_per_rank_ms",
     "single_seq_step_factor",
     "block_fp8_fraction",
+    "moe_half_width",
 )
 
 
@@ -118,6 +119,7 @@ def load_efficiency(
         request_overhead_per_rank_ms=float(merged.get("request_overhead_per_rank_ms", 0.0)),
         attention_compute_fraction=merged.get("attention_compute_fraction"),
         block_fp8_fraction=float(merged.get("block_fp8_fraction", 1.0)),
+        moe_half_width=float(merged.get("moe_half_width", 0.0)),
         source=f"data/efficiency.toml [{', '.join(used)}]: {merged.get('source', '')}",
     )
 
@@ -359,6 +361,7 @@ _BOUNDS = {
     "request_overhead_per_rank_ms": (0.01, 100.0),
     "kernel_fraction": (0.05, 1.0),
     "block_fp8_fraction": (0.3, 1.0),
+    "moe_half_width": (1.0, 20000.0),
 }
 
 

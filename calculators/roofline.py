@@ -223,6 +223,10 @@ class Efficiency:
     moe_compute_fraction: float | None = None
     """Achievable fraction of peak in routed-expert GEMMs (grouped GEMMs over few
     tokens per expert run further from peak than dense ones); None = compute_fraction."""
+    moe_half_width: float = 0.0
+    """Routed-expert GEMM ramp over the experts' width: with it set, the experts' GEMMs reach
+    ``moe_compute_fraction`` x w / (w + moe_half_width) of peak, w being one expert's
+    intermediate size on one tensor-parallel rank. 0 = off."""
     compute_half_tokens: float = 0.0
     """GEMM efficiency ramp: with it set, a step of T tokens reaches compute_fraction x
     T / (T + compute_half_tokens) of peak (a GEMM over few rows cannot fill the GPU, a
@@ -281,6 +285,7 @@ class Efficiency:
             "request_overhead_ms": self.request_overhead_ms,
             "single_seq_step_factor": self.single_seq_step_factor,
             "block_fp8_fraction": self.block_fp8_fraction,
+            "moe_half_width": self.moe_half_width,
             **({} if own_attention is None else {"attention_compute_fraction": own_attention}),
             # a deployment's factors carry it folded into request_overhead_ms (for_tensor_parallel)
             **(
@@ -437,7 +442,7 @@ class StepModel:
         if e.compute_half_tokens > 0:  # few-row GEMMs run further from peak
             peak = peak * (tokens + 1e-9) / (tokens + 1e-9 + e.compute_half_tokens)
         compute_ms = (
-            (flops / e.compute_fraction + expert_flops / e.moe_fraction) / peak
+            (flops / e.compute_fraction + expert_flops / self._moe_rate()) / peak
             + attn_flops / e.attention_fraction / attn_peak
         ) * 1e3
         flops = flops + attn_flops + expert_flops
@@ -482,6 +487,13 @@ class StepModel:
                 wait_ms = wait_ms * (prefill_tokens > 0)
             overhead_ms = overhead_ms + wait_ms
         return compute_ms, memory_ms, comm_ms, overhead_ms, flops, nbytes
+
+    def _moe_rate(self) -> float:
+        e, s = self.efficiency, self.shape
+        if not e.moe_half_width or not s.num_experts:
+            return e.moe_fraction
+        width = s.expert_params / (3.0 * s.hidden_size) / self.tensor_parallel_size
+        return e.moe_fraction * width / (width + e.moe_half_width)
 
     def context_capacity_tokens(self, context_tokens: float) -> int:
         """The KV capacity in tokens of whole contexts, for requests that hold

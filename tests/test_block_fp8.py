@@ -54,3 +54,28 @@ def test_without_fp8_units_the_block_rate_does_not_apply() -> None:
         Deployment(model="Qwen/Qwen3-30B-A3B-FP8", gpu="a100-sxm-80gb")
     )
     assert not model.shape.block_scaled_fp8
+
+
+def test_narrow_expert_slices_run_further_from_peak() -> None:
+    """Routed-expert GEMMs reach moe_compute_fraction x w / (w + moe_half_width), w one
+    expert's intermediate size per rank: DeepSeek-R1's 2,048 split 8 ways (256) runs well
+    below Mixtral's 14,336 on one GPU, which sits near the asymptote."""
+    mixtral = StepModel.from_deployment(
+        Deployment(
+            model="mistralai/Mixtral-8x7B-Instruct-v0.1", gpu="h100-sxm-80gb", quantization="fp8"
+        )
+    )
+    deepseek = StepModel.from_deployment(
+        Deployment(model="deepseek-ai/DeepSeek-R1", gpu="h200-sxm-141gb", tensor_parallel_size=8)
+    )
+    e = mixtral.efficiency
+    assert e.moe_half_width > 0
+    assert mixtral._moe_rate() == pytest.approx(
+        e.moe_fraction * 14_336 / (14_336 + e.moe_half_width)
+    )
+    width = 2_048 / 8
+    expected = deepseek.efficiency.moe_fraction * width / (width + e.moe_half_width)
+    assert deepseek._moe_rate() == pytest.approx(expected, rel=1e-3)
+    assert deepseek._moe_rate() < 0.8 * mixtral._moe_rate()
+    off = replace(mixtral, efficiency=replace(e, moe_half_width=0.0))
+    assert off._moe_rate() == e.moe_fraction
