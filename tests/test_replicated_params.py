@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from inferwise.calculators.architecture import from_config
 from inferwise.calculators.catalog import load_model
 from inferwise.calculators.deployment import Deployment
@@ -45,5 +47,9 @@ def test_replicated_work_lengthens_a_tensor_parallel_prefill() -> None:
     model = StepModel.from_deployment(dep)
     without = replace(model, shape=replace(model.shape, replicated_params=0.0))
     with_rep, even = model.breakdown(8_192, 0, 0), without.breakdown(8_192, 0, 0)
-    assert with_rep.compute_ms > 1.1 * even.compute_ms  # ~a sixth more GEMM work per rank
+    # each of the 7 further ranks multiplies all 8,192 tokens by the replicated weights again
+    extra_flops = 2 * model.shape.replicated_params * 8_192
+    assert with_rep.flops - even.flops == pytest.approx(extra_flops)
+    assert extra_flops > 0.15 * even.flops  # about a sixth more GEMM work per rank
+    assert with_rep.compute_ms > even.compute_ms
     assert with_rep.communication_ms == even.communication_ms
