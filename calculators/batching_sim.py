@@ -129,6 +129,33 @@ def simulate(
     whose KV is there before the request is scheduled (prefix-cache hits, or the
     KV a disaggregated decode worker receives).
     """
+    if model.pipeline_parallel_size > 1 and len(input_tokens) > 1:
+        return _pipelined(
+            model,
+            input_tokens,
+            output_tokens,
+            arrival_ms,
+            concurrency,
+            max_steps,
+            stagger_ms,
+            cached,
+        )
+    return _simulate_engine(
+        model, input_tokens, output_tokens, arrival_ms, concurrency, max_steps, stagger_ms, cached
+    )
+
+
+def _simulate_engine(
+    model: StepModel,
+    input_tokens: Any,
+    output_tokens: Any,
+    arrival_ms: Any | None,
+    concurrency: int | None,
+    max_steps: int,
+    stagger_ms: float,
+    cached: KvCached | None,
+) -> SimResult:
+    """One engine's scheduler loop over the requests (see :func:`simulate`)."""
     import numpy as np
 
     inp = np.asarray(input_tokens, dtype=np.int64)
@@ -148,6 +175,90 @@ def simulate(
         loop.preload(cached)
     loop.run(max_steps)
     return _result(inp, out, loop.timeline(), loop.itl_chunks, loop.itl_counts, loop.counters())
+
+
+def _pipelined(
+    model: StepModel,
+    input_tokens: Any,
+    output_tokens: Any,
+    arrival_ms: Any | None,
+    concurrency: int | None,
+    max_steps: int,
+    stagger_ms: float,
+    cached: KvCached | None,
+) -> SimResult:
+    """Pipeline parallelism as the engines run it: one micro-batch in flight per stage
+    (vLLM's virtual engines, each with its own scheduler and a 1/pp share of the KV blocks;
+    TensorRT-LLM's micro-batches). Each lane is simulated as an engine of its own over a
+    1/pp share of the requests (clients, arrivals), sequences and KV cache, whose steps take
+    the whole pipeline's latency; together the lanes keep every stage busy, so the deployment
+    carries pp times one lane's throughput at one lane's per-token latency."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    inp, out = np.asarray(input_tokens), np.asarray(output_tokens)
+    n = len(inp)
+    lanes = min(model.pipeline_parallel_size, n, concurrency or n)
+    lane_model = replace(
+        model,
+        max_num_seqs=max(1, -(-model.max_num_seqs // lanes)),
+        kv_capacity_tokens=model.kv_capacity_tokens // lanes,
+        admission_watermark_tokens=model.admission_watermark_tokens // lanes,
+    )
+    parts = []
+    for k in range(lanes):
+        idx = np.arange(k, n, lanes)
+        res = _simulate_engine(
+            lane_model,
+            inp[idx],
+            out[idx],
+            None if arrival_ms is None else np.asarray(arrival_ms)[idx],
+            None if concurrency is None else concurrency // lanes + (k < concurrency % lanes),
+            max_steps,
+            stagger_ms,
+            None if cached is None else replace(cached, tokens=np.asarray(cached.tokens)[idx]),
+        )
+        parts.append((idx, res))
+    return _merged(parts, n)
+
+
+def _merged(parts: list[tuple[Any, SimResult]], n: int) -> SimResult:
+    """One SimResult from the lanes' (request indices, result) pairs."""
+    import numpy as np
+
+    def placed(field: str, dtype: Any = float) -> Any:
+        a = np.full(n, np.nan) if dtype is float else np.zeros(n, dtype=dtype)
+        for idx, res in parts:
+            a[idx] = getattr(res, field)
+        return a
+
+    results = [res for _, res in parts]
+    starts = [float(np.nanmin(r.arrival_ms)) for r in results]
+    ends = [s + r.duration_ms for s, r in zip(starts, results, strict=True) if r.completed]
+    steps = sum(r.steps for r in results)
+    return SimResult(
+        arrival_ms=placed("arrival_ms"),
+        queue_ms=placed("queue_ms"),
+        ttft_ms=placed("ttft_ms"),
+        e2e_ms=placed("e2e_ms"),
+        tpot_ms=placed("tpot_ms"),
+        itl_values=np.concatenate([r.itl_values for r in results]),
+        itl_weights=np.concatenate([r.itl_weights for r in results]),
+        input_tokens=placed("input_tokens", np.int64),
+        output_tokens=placed("output_tokens", np.int64),
+        completed=sum(r.completed for r in results),
+        rejected=sum(r.rejected for r in results),
+        duration_ms=max(ends) - min(starts) if ends else 0.0,
+        steps=steps,
+        preemptions=sum(r.preemptions for r in results),
+        mean_decode_batch=(
+            sum(r.mean_decode_batch * r.steps for r in results) / steps if steps else 0.0
+        ),
+        max_running=sum(r.max_running for r in results),
+        peak_kv_tokens=sum(r.peak_kv_tokens for r in results),
+        kv_capacity_tokens=sum(r.kv_capacity_tokens for r in results),
+    )
 
 
 def no_evict_admission(model: StepModel, tokens_per_request: int) -> StepModel:

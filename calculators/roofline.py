@@ -875,8 +875,9 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         )
     if dep.pipeline_parallel_size > 1:
         notes.append(
-            "pipeline parallelism modelled as sequential stages (one micro-batch in flight): "
-            "latency right, throughput pessimistic"
+            f"pipeline parallelism: {dep.pipeline_parallel_size} micro-batches in flight, one per "
+            "stage (the engines' virtual engines), each with its share of the sequences and KV "
+            "cache; a step's latency is the whole pipeline's, the stages' bubbles are not modelled"
         )
     if shape.sliding_window and shape.window_is_chunk:
         notes.append(
