@@ -875,7 +875,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         )
     if dep.pipeline_parallel_size > 1:
         notes.append(
-            f"pipeline parallelism: {dep.pipeline_parallel_size} micro-batches in flight, one per "
+            f"pipeline parallelism: up to {dep.pipeline_parallel_size} micro-batches in flight, one per "
             "stage (the engines' virtual engines), each with its share of the sequences and KV "
             "cache; a step's latency is the whole pipeline's, the stages' bubbles are not modelled"
         )
