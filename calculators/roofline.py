@@ -447,7 +447,9 @@ class StepModel:
         ) * 1e3
         flops = flops + attn_flops + expert_flops
         # Bytes: weights (dense + touched experts) + KV of the whole batch, split over TP.
-        weight_bytes = s.dense_weight_bytes * (1.0 + s.replicated_params / s.dense_params)
+        weight_bytes = s.dense_weight_bytes
+        if s.replicated_params:  # replicated weights are read by every rank, not 1/tp of them
+            weight_bytes = weight_bytes * (1.0 + s.replicated_params / s.dense_params)
         if s.num_experts:
             touched = s.expected_experts_touched(tokens)
             weight_bytes = weight_bytes + s.moe_layers * touched * s.expert_weight_bytes
@@ -489,6 +491,10 @@ class StepModel:
         return compute_ms, memory_ms, comm_ms, overhead_ms, flops, nbytes
 
     def _moe_rate(self) -> float:
+        """The routed experts' share of peak: moe_compute_fraction, ramped down for experts
+        whose intermediate size on one rank is narrow (few tiles per expert). The width comes
+        from one expert's parameters as a gated MLP (gate, up and down: 3 x hidden x width),
+        the layout of every MoE in the catalog."""
         e, s = self.efficiency, self.shape
         if not e.moe_half_width or not s.num_experts:
             return e.moe_fraction
