@@ -29,7 +29,7 @@ import heapq
 import math
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from . import deadline
@@ -129,8 +129,9 @@ def simulate(
     whose KV is there before the request is scheduled (prefix-cache hits, or the
     KV a disaggregated decode worker receives).
     """
-    if model.pipeline_parallel_size > 1 and len(input_tokens) > 1:
-        return _pipelined(
+    lanes = min(model.pipeline_parallel_size, len(input_tokens), concurrency or len(input_tokens))
+    if lanes <= 1:
+        return _simulate_engine(
             model,
             input_tokens,
             output_tokens,
@@ -140,8 +141,40 @@ def simulate(
             stagger_ms,
             cached,
         )
-    return _simulate_engine(
-        model, input_tokens, output_tokens, arrival_ms, concurrency, max_steps, stagger_ms, cached
+    # Pipeline parallelism as the engines run it: one micro-batch in flight per stage (vLLM's
+    # virtual engines, TensorRT-LLM's micro-batches). Each lane is an engine of its own over a
+    # share of the requests (clients, arrivals) whose steps take the whole pipeline's latency;
+    # together the lanes keep every stage busy.
+    import numpy as np
+
+    inp, out, n = np.asarray(input_tokens), np.asarray(output_tokens), len(input_tokens)
+    lane = pipeline_lane(model, lanes)
+    parts = []
+    for k in range(lanes):
+        idx = np.arange(k, n, lanes)
+        res = _simulate_engine(
+            lane,
+            inp[idx],
+            out[idx],
+            None if arrival_ms is None else np.asarray(arrival_ms)[idx],
+            None if concurrency is None else concurrency // lanes + (k < concurrency % lanes),
+            max_steps,
+            stagger_ms,
+            None if cached is None else replace(cached, tokens=np.asarray(cached.tokens)[idx]),
+        )
+        parts.append((idx, res))
+    return _merged(parts, n)
+
+
+def pipeline_lane(model: StepModel, lanes: int) -> StepModel:
+    """One of a pipeline-parallel engine's `lanes` micro-batch lanes: its share of the
+    sequences and the KV cache (vLLM gives each virtual engine its own scheduler and 1/pp of
+    the KV blocks), with the whole pipeline's step time."""
+    return replace(
+        model,
+        max_num_seqs=max(1, -(-model.max_num_seqs // lanes)),
+        kv_capacity_tokens=model.kv_capacity_tokens // lanes,
+        admission_watermark_tokens=model.admission_watermark_tokens // lanes,
     )
 
 
@@ -161,8 +194,6 @@ def _simulate_engine(
     inp = np.asarray(input_tokens, dtype=np.int64)
     out = np.maximum(np.asarray(output_tokens, dtype=np.int64), 1)
     if model.kv_window_share and len(inp):  # capacity in whole contexts, at the mean one
-        from dataclasses import replace
-
         context = float(inp.mean() + out.mean() / 2.0)
         model = replace(model, kv_capacity_tokens=model.context_capacity_tokens(context))
     if model.reserves_whole_request and len(inp):
@@ -175,52 +206,6 @@ def _simulate_engine(
         loop.preload(cached)
     loop.run(max_steps)
     return _result(inp, out, loop.timeline(), loop.itl_chunks, loop.itl_counts, loop.counters())
-
-
-def _pipelined(
-    model: StepModel,
-    input_tokens: Any,
-    output_tokens: Any,
-    arrival_ms: Any | None,
-    concurrency: int | None,
-    max_steps: int,
-    stagger_ms: float,
-    cached: KvCached | None,
-) -> SimResult:
-    """Pipeline parallelism as the engines run it: one micro-batch in flight per stage
-    (vLLM's virtual engines, each with its own scheduler and a 1/pp share of the KV blocks;
-    TensorRT-LLM's micro-batches). Each lane is simulated as an engine of its own over a
-    1/pp share of the requests (clients, arrivals), sequences and KV cache, whose steps take
-    the whole pipeline's latency; together the lanes keep every stage busy, so the deployment
-    carries pp times one lane's throughput at one lane's per-token latency."""
-    from dataclasses import replace
-
-    import numpy as np
-
-    inp, out = np.asarray(input_tokens), np.asarray(output_tokens)
-    n = len(inp)
-    lanes = min(model.pipeline_parallel_size, n, concurrency or n)
-    lane_model = replace(
-        model,
-        max_num_seqs=max(1, -(-model.max_num_seqs // lanes)),
-        kv_capacity_tokens=model.kv_capacity_tokens // lanes,
-        admission_watermark_tokens=model.admission_watermark_tokens // lanes,
-    )
-    parts = []
-    for k in range(lanes):
-        idx = np.arange(k, n, lanes)
-        res = _simulate_engine(
-            lane_model,
-            inp[idx],
-            out[idx],
-            None if arrival_ms is None else np.asarray(arrival_ms)[idx],
-            None if concurrency is None else concurrency // lanes + (k < concurrency % lanes),
-            max_steps,
-            stagger_ms,
-            None if cached is None else replace(cached, tokens=np.asarray(cached.tokens)[idx]),
-        )
-        parts.append((idx, res))
-    return _merged(parts, n)
 
 
 def _merged(parts: list[tuple[Any, SimResult]], n: int) -> SimResult:
@@ -266,8 +251,6 @@ def no_evict_admission(model: StepModel, tokens_per_request: int) -> StepModel:
     with every request reserving its whole input + output, at most KV capacity / (input +
     output) run at once, at the mean length of the requests simulated (exact for the
     fixed lengths of benchmarks; per-request reservation is not modelled)."""
-    from dataclasses import replace
-
     cap = max(1, int(model.kv_capacity_tokens // max(1, tokens_per_request)))
     return replace(model, max_num_seqs=min(model.max_num_seqs, cap))
 

@@ -11,6 +11,7 @@ from step_models import toy_8b
 from inferwise.calculators.batching_sim import (
     load_stats,
     lognormal_lengths,
+    pipeline_lane,
     poisson_arrivals_ms,
     simulate,
     weighted_summary,
@@ -456,13 +457,7 @@ def test_pipeline_stages_each_carry_a_micro_batch():
     from dataclasses import replace
 
     two = replace(model(), pipeline_parallel_size=2)
-    lane = replace(
-        two,
-        pipeline_parallel_size=1,
-        max_num_seqs=-(-two.max_num_seqs // 2),
-        kv_capacity_tokens=two.kv_capacity_tokens // 2,
-        admission_watermark_tokens=two.admission_watermark_tokens // 2,
-    )
+    lane = replace(pipeline_lane(two, 2), pipeline_parallel_size=1)
     inp, out = np.full(400, 1000), np.full(400, 200)
     piped = simulate(two, inp, out)
     # one lane's step time without the stage hops: a lower bound on each lane's steps
