@@ -65,6 +65,8 @@ def group_of(m: dict) -> str:
     generation = measurement_generation(m)
     if generation is not None:  # fitted by --fit-layers alone, on top of the others
         return "generation." + generation
+    if m.get("engine") == "trtllm" and measurement_architecture(m) != "dense":
+        return "engine.trtllm.moe"  # TensorRT-LLM's MoE rate: a layer of its own (--fit-layers)
     if m.get("engine", "vllm") not in ("vllm", "sglang"):
         return "engine." + m["engine"]
     if get_gpu(m["gpu"]).vendor == "amd":  # SGLang on ROCm: its own layer (--fit-layers)
@@ -227,7 +229,7 @@ def fit(
     order = ["default"] + sorted(g for g in groups if g != "default")
     for g in order:
         ms = groups.get(g, [])
-        if not ms or g.endswith("engine.sglang") or g.startswith("generation."):
+        if not ms or g.endswith(("engine.sglang", ".moe")) or g.startswith("generation."):
             continue  # layers of their own (--fit-layers)
         gpu = get_gpu(ms[0]["gpu"])
         start = load_efficiency(gpu, ms[0].get("engine", "vllm"))
@@ -367,6 +369,13 @@ LAYER_FITS = (
         "request_overhead_per_rank_ms",
         lambda m: sglang_on_nvidia(m) and m.get("tensor_parallel_size", 1) > 1,
         "what each further tensor-parallel rank adds: rank 0 broadcasts new requests to the others",
+    ),
+    LayerFit(
+        (("engine", "trtllm"),),
+        "moe_compute_fraction",
+        lambda m: m.get("engine") == "trtllm" and measurement_architecture(m) != "dense",
+        "TensorRT-LLM runs the experts in its own MoE plugin (CUTLASS grouped GEMMs), not in "
+        "the fused Triton kernel whose rate vLLM's and SGLang's runs fitted",
     ),
     LayerFit(
         (("generation", "mla-moe-early-2025"),),

@@ -51,11 +51,13 @@ def estimate_trtllm(r: _Replica) -> FitResult:
         )
     req = r.req
     tokens_in_flight = req.max_num_batched_tokens or MAX_NUM_TOKENS
+    seqs = decoding_batch_cap(req.max_num_seqs or MAX_BATCH_SIZE, tokens_in_flight, r.notes)
     as_vllm = req.model_copy(
         update={
             "engine": "vllm",
             "engine_version": None,
             "max_num_batched_tokens": tokens_in_flight,
+            "max_num_seqs": min(req.max_num_seqs or _vllm_default_seqs(r), tokens_in_flight),
         }
     )
     runtime = _vllm(replace(r, req=as_vllm, notes=_Notes()), None).per_gpu
@@ -75,7 +77,7 @@ def estimate_trtllm(r: _Replica) -> FitResult:
         fits=fits,
         verdict=verdict,
         max_num_batched_tokens=tokens_in_flight,
-        max_num_seqs=req.max_num_seqs or MAX_BATCH_SIZE,
+        max_num_seqs=seqs,
         block_size=block,
         per_gpu=_per_gpu(r, runtime, free, kv_bytes),
         kv_cache_blocks=tokens // block,
@@ -84,6 +86,32 @@ def estimate_trtllm(r: _Replica) -> FitResult:
         estimated_max_model_len=None,
         answer=token_pool_answer(req, tokens, max_len),
     )
+
+
+def _vllm_default_seqs(r: _Replica) -> int:
+    """The sequences vLLM's accounting profiles the runtime buffers for when the user gives
+    no batch size (its own serve default), so the borrowed buffers match vLLM's."""
+    from . import engine_policy as ep
+
+    rules = ep.vllm_rules(None)
+    return ep.vllm_default_batching(rules, r.total_gib, r.gpu_id, r.max_model_len, r.arch.uses_mla)[
+        1
+    ]
+
+
+def decoding_batch_cap(max_batch_size: int, max_num_tokens: int, notes) -> int:
+    """Sequences that can decode in one step. TensorRT-LLM accepts a max_batch_size above
+    max_num_tokens (MLPerf configs run 2048 and 1536), unlike vLLM, which refuses to
+    start; its scheduler then fits at most max_num_tokens tokens, one per decoding
+    sequence, into an iteration, so that is the batch the engine reaches."""
+    if max_batch_size <= max_num_tokens:
+        return max_batch_size
+    notes.assumptions.append(
+        f"TensorRT-LLM: max_batch_size {max_batch_size:,} is above max_num_tokens "
+        f"{max_num_tokens:,}; an iteration holds at most {max_num_tokens:,} tokens, so at most "
+        f"{max_num_tokens:,} sequences decode at once (used as the batch cap)"
+    )
+    return max_num_tokens
 
 
 def _note_assumptions(r: _Replica, fraction: float, block: int, tokens_in_flight: int) -> None:

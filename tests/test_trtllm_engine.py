@@ -48,6 +48,15 @@ def test_gpu_memory_utilization_stands_for_the_free_memory_fraction():
     assert fit(engine="trtllm", block_size=64).kv_cache_tokens % 64 == 0
 
 
+def test_a_batch_size_above_max_num_tokens_runs_capped_where_vllm_refuses():
+    # MLPerf's TensorRT-LLM configs set max_batch_size 2048 with max_num_tokens 1536
+    trt = fit(engine="trtllm", max_num_seqs=2048, max_num_batched_tokens=1536)
+    assert (trt.max_num_seqs, trt.max_num_batched_tokens) == (1536, 1536)
+    assert any("at most 1,536 sequences decode at once" in a for a in trt.assumptions)
+    with pytest.raises(InputError, match="vLLM refuses to start"):
+        fit(engine="vllm", max_num_seqs=2048, max_num_batched_tokens=1536)
+
+
 def test_hybrid_state_models_are_refused_naming_the_engine(tmp_path: Path):
     src = Path(__file__).parent / "data" / "hybrid_configs" / "jamba-1.5-mini.json"
     (tmp_path / "config.json").write_text(src.read_text())
