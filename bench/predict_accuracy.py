@@ -218,10 +218,14 @@ NEW_TERMS = ("compute_half_tokens", "attn_seq_overhead_us")
 
 
 def fit(
-    calibration: list[dict], new_terms: bool = False, fixed: dict[str, float] | None = None
+    calibration: list[dict],
+    new_terms: bool = False,
+    fixed: dict[str, float] | None = None,
+    added: dict[str, float] | None = None,
 ) -> dict[str, object]:
     """Fit each group's factors on its calibration entries (with new_terms, also the
-    optional GEMM ramp and per-sequence attention cost, started at 256 tokens / 0.5 us)."""
+    optional GEMM ramp and per-sequence attention cost, started at 256 tokens / 0.5 us;
+    `added`: further [default] factors to fit, from these starting values)."""
     groups: dict[str, list[dict]] = {}
     for m in calibration:
         groups.setdefault(group_of(m), []).append(m)
@@ -280,6 +284,9 @@ def fit(
         if fixed and g == "default":  # held at a measured value instead of fitted
             start = replace(start, **fixed)
             keys = tuple(k for k in keys if k not in fixed)
+        if added and g == "default":  # a candidate term, fitted with the others
+            start = replace(start, **added)
+            keys = (*keys, *added)
         if new_terms:
             keys = (*keys, *NEW_TERMS)
             start = replace(start, compute_half_tokens=256.0, attn_seq_overhead_us=0.5)
@@ -476,13 +483,21 @@ def main() -> int:
         metavar="KEY",
         help="with --fit-layers: leave this layer factor as stored (compare with and without)",
     )
+    ap.add_argument(
+        "--add",
+        action="append",
+        default=[],
+        metavar="KEY=START",
+        help="with --fit: also fit this [default] factor, from START (a candidate term)",
+    )
     ap.add_argument("--data", default=str(DATA))
     args = ap.parse_args()
     ms = load_measurements(args.data)
     calibration = [m for m in ms if m.get("split") == "calibration"]
     holdout = [m for m in ms if m.get("split") != "calibration"]
     fixed = {k: float(v) for k, _, v in (f.partition("=") for f in args.fix)}
-    factors = fit(calibration, args.new_terms, fixed) if args.fit else None
+    added = {k: float(v) for k, _, v in (f.partition("=") for f in args.add)}
+    factors = fit(calibration, args.new_terms, fixed, added) if args.fit else None
     layered = fit_layers(calibration, tuple(args.without)) if args.fit_layers else None
     print(f"\n== calibration part ({len(calibration)} entries)")
     e_cal = table(calibration, factors, layered)
