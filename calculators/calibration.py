@@ -41,6 +41,7 @@ _KEYS = (
     "single_seq_step_factor",
     "block_fp8_fraction",
     "moe_half_width",
+    "compute_scale",
 )
 
 
@@ -94,6 +95,7 @@ def load_efficiency(
     if generation is not None:  # its GEMM rates, not its attention kernels (Efficiency doc)
         merged.setdefault("attention_compute_fraction", merged["compute_fraction"])
         _apply_generation(merged, used, generation, table)
+    _apply_compute_scale(merged)
     latency = merged["allreduce_latency_us"]
     return Efficiency(
         compute_fraction=float(merged["compute_fraction"]),
@@ -193,6 +195,24 @@ def model_class(model: str) -> str:
     from .catalog import load_model
 
     return architecture_class(from_config(load_model(model).config))
+
+
+COMPUTE_RATES = ("compute_fraction", "moe_compute_fraction", "attention_compute_fraction")
+"""The tensor-core rates a GPU's ``compute_scale`` scales (GEMMs, routed experts, attention)."""
+
+
+def _apply_compute_scale(merged: dict[str, Any]) -> None:
+    """A GPU whose sustained tensor-core clock differs from the one its vendor's factors were
+    fitted on, at the same datasheet peak (MI325X at 1,000 W against MI300X at 750 W), carries
+    the ratio of the two's measured max-achievable FLOPs as ``compute_scale``: every tensor-core
+    rate of the merged table is scaled by it, whichever layer set the rate."""
+    scale = float(merged.pop("compute_scale", 1.0))
+    if scale == 1.0:
+        return
+    merged.setdefault("moe_compute_fraction", merged["compute_fraction"])
+    for key in COMPUTE_RATES:
+        if merged.get(key) is not None:
+            merged[key] = float(merged[key]) * scale
 
 
 def _apply_generation(

@@ -128,6 +128,25 @@ def test_every_factor_in_the_table_reaches_the_model():
                 assert getattr(eff, key) == pytest.approx(value), key
 
 
+def test_a_gpus_compute_scale_scales_every_tensor_core_rate_of_its_vendor():
+    """MI325X: MI300X's fitted rates times the ratio of their measured max-achievable FLOPs,
+    whichever engine layer set them; bandwidth and fixed costs stay the MI300X's."""
+    import tomllib
+
+    from inferwise.calculators.calibration import EFFICIENCY_FILE, load_efficiency
+    from inferwise.calculators.catalog import get_gpu
+
+    scale = tomllib.loads(EFFICIENCY_FILE.read_text())["gpu"]["mi325x"]["compute_scale"]
+    assert 1.1 < scale < 1.3
+    for engine in ("vllm", "sglang"):
+        mi300x = load_efficiency(get_gpu("mi300x"), engine)
+        mi325x = load_efficiency(get_gpu("mi325x"), engine)
+        for rate in ("compute_fraction", "moe_fraction", "attention_fraction"):
+            assert getattr(mi325x, rate) == pytest.approx(getattr(mi300x, rate) * scale), rate
+        assert mi325x.bandwidth_fraction == mi300x.bandwidth_fraction
+        assert mi325x.step_overhead_ms == mi300x.step_overhead_ms
+
+
 def test_every_held_out_row_builds_its_deployment(measurements):
     """The held-out rows are only simulated by the bench; a row whose deployment the model
     cannot even build (a typo in a model id, a run that does not fit) must fail here."""
