@@ -75,6 +75,9 @@ ENVELOPES: dict[str, tuple[Stage, ...]] = {
 
 NO_LOAD_MEETS = "the service time alone (an idle engine) exceeds a target"
 """Why no rate meets the targets when the budget's max rate is 0 (said in its warnings)."""
+NEAR_SATURATION = 0.85
+"""A rate meeting the targets above this share of saturation is flagged (warnings): there
+latency climbs steeply with load, so a few per cent of throughput error moves it by a factor."""
 MAX_AGENT_STEPS = 100
 """Steps of one agentic task; real agents plan tens at most."""
 
@@ -881,6 +884,9 @@ def _decompose(req: BudgetRequest, find_max_rate: bool, calibration: Any) -> Bud
         replicas = max(1, math.ceil(offered * req.peak_to_mean / max_rate - 1e-9))
     if max_rate == 0.0 or max_conc == 0:
         warnings.append(f"no load meets every target: {NO_LOAD_MEETS}")
+    saturation = sat.max_requests_per_s / wl.calls_per_task
+    if max_rate and max_rate > NEAR_SATURATION * saturation:
+        warnings.append(_near_saturation_warning(max_rate, saturation))
     itl = weighted_percentiles(m["itl_values"], m["itl_weights"])
     from .spec_decode import at_load
 
@@ -903,7 +909,7 @@ def _decompose(req: BudgetRequest, find_max_rate: bool, calibration: Any) -> Bud
         max_rate_under_slo=max_rate,
         max_concurrency_under_slo=max_conc,
         slo_attainment=_attainment(req, m, task_ms),
-        saturation_request_rate=sat.max_requests_per_s / wl.calls_per_task,
+        saturation_request_rate=saturation,
         replicas_needed=replicas,
         ttft_ms=measured(percentiles(m["ttft"]), "TTFT"),
         itl_ms=itl,
@@ -913,6 +919,17 @@ def _decompose(req: BudgetRequest, find_max_rate: bool, calibration: Any) -> Bud
         suggestions=_budget_suggestions(req, binding, replicas, task),
         assumptions=_calibration_notes(calibration, req) + _assumptions(req, model, wl),
         warnings=warnings,
+    )
+
+
+def _near_saturation_warning(max_rate: float, saturation: float) -> str:
+    """Why a rate close to saturation needs a margin: the predictions are least reliable there
+    (README, where the predictions miss)."""
+    return (
+        f"the highest rate meeting the targets is {max_rate / saturation:.0%} of the replica's "
+        "saturation: so close to capacity the queue, and with it TTFT and ITL, grows steeply with "
+        "load, and a few per cent of throughput error moves them by a factor (MLPerf Server runs "
+        "held this close were measured with TTFT 1.5-4x the prediction); plan replicas with a margin"
     )
 
 

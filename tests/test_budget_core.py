@@ -73,6 +73,18 @@ def test_max_rate_is_the_goodput_limit():
     assert big.replicas_needed == math.ceil(limit * 2.5 * 2 / big.max_rate_under_slo - 1e-9)
 
 
+def test_a_rate_close_to_saturation_comes_with_a_margin_warning():
+    """Targets met up to near capacity: the budget says how close the rate is, where the
+    predictions are least reliable; a rate well below saturation says nothing."""
+    loose = run(request_rate=2, slo_ttft_ms={"p95": 60_000}, slo_itl_ms={"p95": 500})
+    share = loose.max_rate_under_slo / loose.saturation_request_rate
+    assert share > 0.85
+    assert any(f"{share:.0%} of the replica's saturation" in w for w in loose.warnings)
+    tight = run(request_rate=2, slo_itl_ms={"p95": 20})  # ITL binds far below saturation
+    assert tight.max_rate_under_slo < 0.85 * tight.saturation_request_rate
+    assert not any("saturation" in w for w in tight.warnings)
+
+
 def test_more_load_never_gives_more_queue_slack():
     slo = dict(slo_ttft_ms={"p95": 2000}, slo_e2e_ms={"p95": 30_000})
     slack = []
