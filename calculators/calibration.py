@@ -205,11 +205,11 @@ def _apply_compute_scale(merged: dict[str, Any]) -> None:
     """A GPU whose sustained tensor-core clock differs from the one its vendor's factors were
     fitted on, at the same datasheet peak (MI325X at 1,000 W against MI300X at 750 W), carries
     the ratio of the two's measured max-achievable FLOPs as ``compute_scale``: every tensor-core
-    rate of the merged table is scaled by it, whichever layer set the rate."""
+    rate of the merged table is scaled by it, whichever layer set the rate (an unset MoE or
+    attention rate falls back to the scaled compute_fraction in :func:`load_efficiency`)."""
     scale = float(merged.pop("compute_scale", 1.0))
     if scale == 1.0:
         return
-    merged.setdefault("moe_compute_fraction", merged["compute_fraction"])
     for key in COMPUTE_RATES:
         if merged.get(key) is not None:
             merged[key] = float(merged[key]) * scale

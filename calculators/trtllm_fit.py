@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from .errors import InputError
 
 if TYPE_CHECKING:
-    from .fit import FitResult, PerGpuMemory, _Replica
+    from .fit import FitResult, PerGpuMemory, _Notes, _Replica
 
 FREE_MEMORY_FRACTION = 0.9
 """KvCacheConfig.free_gpu_memory_fraction: the share of free memory the KV cache takes."""
@@ -94,12 +94,13 @@ def _vllm_default_seqs(r: _Replica) -> int:
     from . import engine_policy as ep
 
     rules = ep.vllm_rules(None)
-    return ep.vllm_default_batching(rules, r.total_gib, r.gpu_id, r.max_model_len, r.arch.uses_mla)[
-        1
-    ]
+    _, seqs, _ = ep.vllm_default_batching(
+        rules, r.total_gib, r.gpu_id, r.max_model_len, r.arch.uses_mla
+    )
+    return seqs
 
 
-def decoding_batch_cap(max_batch_size: int, max_num_tokens: int, notes) -> int:
+def decoding_batch_cap(max_batch_size: int, max_num_tokens: int, notes: _Notes) -> int:
     """Sequences that can decode in one step. TensorRT-LLM accepts a max_batch_size above
     max_num_tokens (MLPerf configs run 2048 and 1536), unlike vLLM, which refuses to
     start; its scheduler then fits at most max_num_tokens tokens, one per decoding
