@@ -952,7 +952,7 @@ def _calibration_notes(calibration: Any, req: BudgetRequest) -> list[str]:
 
 
 def _frontend_note(model: Any) -> str:
-    """The engine's own per-request cost, when its factors carry one (SGLang's)."""
+    """The engine's own per-request cost, when its factors carry one (SGLang's, vLLM's)."""
     ms = model.efficiency.request_overhead_ms
     if ms <= 0:
         return ""

@@ -782,12 +782,13 @@ def _scheduler_phrase(engine: str, batch: int, prefill_first: bool = False) -> s
 
 
 def _request_cost_phrase(req: PredictRequest, overhead_ms: float) -> str:
-    """What TTFT and E2E carry besides the GPU steps. Said either way: the cost is fitted for
-    some engines only, and where it is not, low-load TTFTs come out short by that much."""
+    """What TTFT and E2E carry besides the GPU steps. Said either way: the cost is published
+    for some engines only (SGLang's fitted, vLLM's measured), and where it is not, low-load
+    TTFTs come out short by that much."""
     if overhead_ms > 0:
         ranks = req.tensor_parallel_size
         return (
-            f"every TTFT and E2E carries {req.engine}'s calibrated per-request cost outside the "
+            f"every TTFT and E2E carries {req.engine}'s published per-request cost outside the "
             f"GPU steps ({overhead_ms:.1f} ms at tensor parallel {ranks}: HTTP handling, "
             "tokenization, hand-off to the engine loop"
             + (", and to the other ranks" if ranks > 1 else "")

@@ -42,7 +42,12 @@ def test_components_cover_every_stage_and_slack_is_budget_minus_prediction(chat)
         assert c.slack_ms == pytest.approx(c.budget_ms - c.predicted_ms)
     by = {c.name: c for c in chat.components}
     assert by["network"].predicted_ms == 40.0  # default RTT, listed as an assumption
-    assert by["preprocessing"].predicted_ms == pytest.approx(1.0 + 1500 / 500_000 * 1e3)
+    from inferwise.calculators.calibration import load_efficiency
+    from inferwise.calculators.catalog import get_gpu
+
+    front = load_efficiency(get_gpu("h100-sxm-80gb"), "vllm").request_overhead_ms
+    # the stated preprocessing (1 ms + 2 us a prompt token) and the engine's own front end
+    assert by["preprocessing"].predicted_ms == pytest.approx(1.0 + 1500 / 500_000 * 1e3 + front)
     # TTFT target minus network and preprocessing goes to prefill and queue.
     assert by["queue"].budget_ms + by["prefill"].budget_ms == pytest.approx(
         800 - 40 - by["preprocessing"].predicted_ms
@@ -210,9 +215,9 @@ def test_cli_json_contract_and_exit_codes(capsys):
 
 
 def test_the_engine_front_end_is_preprocessing_not_prefill():
-    """SGLang's per-request cost (its API server before the scheduler) counts in the
-    preprocessing stage: the prefill stage stays the GPU's, and the stages still add up to
-    the predicted TTFT."""
+    """An engine's per-request cost (its API server before the scheduler; SGLang's larger than
+    vLLM's) counts in the preprocessing stage: the prefill stage stays the GPU's, and the
+    stages still add up to the predicted TTFT."""
     kw = {"engine": "sglang", "concurrency": 2, "slo_ttft_ms": {"p95": 2000}}
     vllm, sglang = run(**{**kw, "engine": "vllm"}), run(**kw)
     stage = {
@@ -222,10 +227,10 @@ def test_the_engine_front_end_is_preprocessing_not_prefill():
     from inferwise.calculators.calibration import load_efficiency
     from inferwise.calculators.catalog import get_gpu
 
-    front = load_efficiency(get_gpu("h100-sxm-80gb"), "sglang").request_overhead_ms
-    assert front > 0
+    front = {e: load_efficiency(get_gpu("h100-sxm-80gb"), e).request_overhead_ms for e in stage}
+    assert front["sglang"] > front["vllm"] > 0
     assert stage["sglang"]["preprocessing"] == pytest.approx(
-        stage["vllm"]["preprocessing"] + front, rel=1e-6
+        stage["vllm"]["preprocessing"] + front["sglang"] - front["vllm"], rel=1e-6
     )
     assert stage["sglang"]["prefill"] == pytest.approx(stage["vllm"]["prefill"], rel=0.05)
     assert any("front end" in a for a in sglang.assumptions)

@@ -20,8 +20,12 @@ def run(**kw) -> PredictResult:
 
 
 def test_light_load_ttft_is_the_prefill_and_itl_the_decode_step():
+    """Alone, a request's TTFT is its prefill step plus the engine's per-request cost outside
+    the GPU steps (vLLM's server path), and its ITL the decode step."""
     r = run(input_tokens=1000, output_tokens=100, concurrency=1)
-    assert r.ttft_ms.p50 == pytest.approx(r.step.prefill_ms, rel=1e-6)
+    front_ms = r.factors["request_overhead_ms"]
+    assert front_ms > 0
+    assert r.ttft_ms.p50 == pytest.approx(r.step.prefill_ms + front_ms, rel=1e-6)
     assert r.queue_ms.p99 == 0
     assert r.itl_ms.p50 == pytest.approx(r.step.decode_step_ms, rel=0.01)
     assert r.output_tokens_per_s == pytest.approx(100 / (r.e2e_ms.mean / 1e3), rel=1e-6)
@@ -72,22 +76,25 @@ def test_factors_and_assumptions_are_reported():
 
 
 def test_assumptions_say_whether_the_per_request_cost_is_in_ttft():
-    """SGLang's fitted cost outside the GPU steps is in every TTFT and said with its value;
-    vLLM's is not measured, and the output says it counts as 0 and how to fit it."""
-    sglang = run(engine="sglang", input_tokens=500, output_tokens=50)
-    vllm = run(input_tokens=500, output_tokens=50)
-    overhead = sglang.factors["request_overhead_ms"]
-    assert overhead > 0
-    assert any(f"({overhead:.1f} ms at tensor parallel 1:" in a for a in sglang.assumptions)
-    assert vllm.factors["request_overhead_ms"] == 0
-    assert any("counts as 0 here" in a and "inferwise calibrate" in a for a in vllm.assumptions)
+    """SGLang's fitted and vLLM's measured cost outside the GPU steps are in every TTFT and
+    said with their values; TensorRT-LLM's is not published, and the output says it counts as
+    0 and how to fit it."""
+    trtllm = run(engine="trtllm", input_tokens=500, output_tokens=50)
+    for engine in ("sglang", "vllm"):
+        r = run(engine=engine, input_tokens=500, output_tokens=50)
+        overhead = r.factors["request_overhead_ms"]
+        assert overhead > 0
+        assert any(f"({overhead:.1f} ms at tensor parallel 1:" in a for a in r.assumptions)
+    assert trtllm.factors["request_overhead_ms"] == 0
+    assert any("counts as 0 here" in a and "inferwise calibrate" in a for a in trtllm.assumptions)
 
 
 def test_sglang_request_cost_grows_with_its_tensor_parallel_ranks():
     """SGLang's rank 0 hands every new request to the other tensor-parallel ranks before any
     can schedule it: the cost TTFT carries is the TP 1 cost plus a fitted share per further
-    rank, folded in once; vLLM's stays unmeasured (0) at any TP, and a user calibration, which
-    fits the whole cost itself, starts from no published share."""
+    rank, folded in once; vLLM's measured cost has no per-rank share (vLLM hands each step, not
+    each request, to the other ranks), and a user calibration, which fits the whole cost itself,
+    starts from no published share."""
     import tomllib
 
     from inferwise.calculators.calibration import EFFICIENCY_FILE, load_efficiency
@@ -103,7 +110,9 @@ def test_sglang_request_cost_grows_with_its_tensor_parallel_ranks():
     per_rank = layer["request_overhead_per_rank_ms"]
     assert tp8["request_overhead_ms"] == pytest.approx(tp1["request_overhead_ms"] + 7 * per_rank)
     assert "request_overhead_per_rank_ms" not in tp8  # folded in once, not listed apart
-    assert run(**qwen, tensor_parallel_size=8).factors["request_overhead_ms"] == 0
+    vllm_layer = tomllib.loads(EFFICIENCY_FILE.read_text())["engine"]["vllm"]
+    vllm_tp8 = run(**qwen, tensor_parallel_size=8).factors["request_overhead_ms"]
+    assert vllm_tp8 == pytest.approx(vllm_layer["request_overhead_ms"])
     published = load_efficiency(get_gpu("h100-sxm-80gb"), "sglang")
     assert for_tensor_parallel(for_tensor_parallel(published, 8), 8) == for_tensor_parallel(
         published, 8
