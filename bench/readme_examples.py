@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,8 +93,6 @@ def stateful(commands: list[str]) -> bool:
 
 
 def main() -> None:
-    import tempfile
-
     moved = 0
     ids: dict[str, str] = {}  # README run id -> the id the fresh import gave it
     with tempfile.TemporaryDirectory() as tmp:

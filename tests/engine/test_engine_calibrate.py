@@ -253,9 +253,8 @@ PAIR_STEP_SPREAD = 0.40
 (llama-server's ``timings.predicted_per_token_ms``) of one request is within 40 % (twice the
 tolerance) of every other's. The calibration reads the batched step from those runs; where the
 step of two sequences itself takes either of two values from one pair of requests to the next
-(seen on an AMD EPYC machine: 6.2-6.9 or 8.9-10.2 ms, fixed for the life of a pair), the runs
-measure which value came up, not the engine, and no prediction from them can be held to
-20 %."""
+(the AMD EPYC machine of the module docstring), the runs measure which value came up, not the
+engine, and no prediction from them can be held to 20 %."""
 
 
 def pair_step_spread(db: Path, runs: Sweep) -> float:
