@@ -68,8 +68,8 @@ def evaluate(series: dict) -> list[tuple[str, str, float, float, float]]:
     )
     rows = []
     for p in pts[2:]:
-        cal = simulate_point(calibrated, p, fit.factors.request_overhead_ms)
-        pub = simulate_point(published, p, 0.0)
+        cal = simulate_point(calibrated, p)
+        pub = simulate_point(published, p)
         for name, m in measured_values(p).items():
             rows.append((p.load_label, name, m, cal[name], pub[name]))
     return rows

@@ -941,14 +941,13 @@ def _calibration_notes(calibration: Any, req: BudgetRequest) -> list[str]:
     from .user_calibration import calibration_notes
 
     notes = calibration_notes(calibration, req.model, req.gpu)
-    return [
-        n.replace(
-            "is added to TTFT and E2E",
-            "was measured; compare it with the network and "
-            "preprocessing budgets, which stay as given",
+    if calibration.factors.request_overhead_ms > 0:
+        notes.append(
+            "the calibrated per-request cost is the engine front end in the preprocessing "
+            "stage; the network budget is added on top (counted twice if the calibration's "
+            "runs crossed that network)"
         )
-        for n in notes
-    ]
+    return notes
 
 
 def _frontend_note(model: Any) -> str:

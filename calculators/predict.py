@@ -467,11 +467,8 @@ def predict_performance(
 
 def _apply_calibration(req: PredictRequest, result: PredictResult, calibration: Any) -> None:
     from .intervals import calibrated_intervals
-    from .user_calibration import calibration_notes, shift_by_overhead
+    from .user_calibration import calibration_notes
 
-    shift_by_overhead(
-        result, calibration.factors.request_overhead_ms, result.load.mode == "concurrency"
-    )
     result.calibration = calibration
     if result.intervals is not None:
         load = (result.load.concurrency, result.load.request_rate)

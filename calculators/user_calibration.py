@@ -13,7 +13,9 @@ depend on, from measured load points (:class:`bench_files.MeasuredPoint`):
   batched steps follow (matrix-vector kernels against matrix-matrix ones);
 * ``per_seq_overhead_ms``  the per-sequence cost in each step (sampling, detokenize);
 * ``request_overhead_ms``  a fixed cost per request outside the engine's steps
-  (HTTP, tokenization, the client), added to TTFT and end-to-end latency.
+  (HTTP, tokenization, the client): the simulator delays each request's arrival at
+  the engine by it, as it does the published front-end cost, so it adds to TTFT and
+  end-to-end latency and, under load, decides which step a request lands in.
 
 The fit is bounded least squares (``scipy.optimize.least_squares``) on the log
 of predicted / measured mean TTFT, ITL (TPOT where ITL is missing) and output
@@ -92,7 +94,9 @@ class CalibratedFactors(BaseModel):
         description="Efficiency factors (names as in predict's factors)."
     )
     request_overhead_ms: float = Field(
-        0.0, ge=0, description="Per-request cost outside the engine, added to TTFT and E2E."
+        0.0,
+        ge=0,
+        description="Per-request cost outside the engine's steps: the simulator delays each request's arrival at the engine by it.",
     )
 
 
@@ -160,9 +164,9 @@ def calibrated_efficiency(published: Any, factors: CalibratedFactors) -> Any:
     known = {k: float(v) for k, v in factors.efficiency.items() if hasattr(published, k)}
     if "moe_compute_fraction" in known and published.moe_compute_fraction is None:
         known.pop("moe_compute_fraction")
-    # the calibration carries its own per-request cost (factors.request_overhead_ms, added by
-    # shift_by_overhead): the published one must not count twice
-    known["request_overhead_ms"] = 0.0
+    # the calibration's per-request cost replaces the published one (whose per-rank share it
+    # already holds: it was fitted on the whole deployment); the simulator applies it
+    known["request_overhead_ms"] = float(factors.request_overhead_ms)
     known["request_overhead_per_rank_ms"] = 0.0
     return replace(published, **known, source=published.source)
 
@@ -215,16 +219,24 @@ def point_lengths(point: MeasuredPoint) -> tuple[Any, Any]:
 
 
 def simulate_point(
-    model: Any, point: MeasuredPoint, request_overhead_ms: float
+    model: Any, point: MeasuredPoint, request_overhead_ms: float | None = None
 ) -> dict[str, float]:
     """Mean TTFT, ITL and output throughput of `model` at the point's load and lengths,
     over as many requests as the point measured (up to MAX_SIM_REQUESTS), all of them.
 
-    The per-request overhead adds to TTFT; in a closed loop it also idles each
-    client for that long, so throughput falls by E2E / (E2E + overhead)."""
+    `request_overhead_ms`, where given, replaces the model's own per-request cost. The
+    simulator applies it as predict does: the engine sees each request that long after
+    the client sent it, so under load a request can also land mid-step and wait."""
     from .batching_sim import load_stats, poisson_arrivals_ms, simulate
     from .calibration import metric_value
 
+    if request_overhead_ms is not None:
+        eff = replace(
+            model.efficiency,
+            request_overhead_ms=float(request_overhead_ms),
+            request_overhead_per_rank_ms=0.0,
+        )
+        model = replace(model, efficiency=eff)
     inp, out = point_lengths(point)
     conc = point.concurrency
     rate = point.request_rate if conc is None else None
@@ -234,15 +246,10 @@ def simulate_point(
     res = simulate(model, inp, out, arrival_ms=arrivals, concurrency=conc)
     # a benchmark tool's figures cover every request, ramp-up and ramp-down included
     stats = load_stats(res)
-    ttft = metric_value(stats, "ttft_ms.mean")
-    e2e = metric_value(stats, "e2e_ms.mean")
-    tput = float(stats.output_tokens_per_s)
-    if conc is not None and e2e == e2e and e2e > 0:
-        tput *= e2e / (e2e + request_overhead_ms)
     return {
-        "ttft_ms": ttft + request_overhead_ms,
+        "ttft_ms": metric_value(stats, "ttft_ms.mean"),
         "itl_ms": metric_value(stats, "itl_ms.mean"),
-        "output_tokens_per_s": tput,
+        "output_tokens_per_s": float(stats.output_tokens_per_s),
     }
 
 
@@ -441,11 +448,10 @@ def fit_deployment(
     Raises InputError when the points hold fewer values than a fit needs."""
     import numpy as np
 
-    # the per-request cost is fitted as its own term (simulate_point adds it), starting from
-    # the published one (SGLang's front end), so the simulation runs without it
+    # the per-request cost is fitted as its own term, starting from the published one (the
+    # engine's front end); simulate_point puts each trial value in place of the start's
     overhead0 = build(start).efficiency.request_overhead_ms  # the deployment's, ranks folded in
-    without = replace(start, request_overhead_ms=0.0, request_overhead_per_rank_ms=0.0)
-    prob = _Problem(build, without, points, overhead0=overhead0)
+    prob = _Problem(build, start, points, overhead0=overhead0)
     count = sum(len(m) for m in prob.measured)
     if count < MIN_VALUES:
         raise InputError(
@@ -678,27 +684,12 @@ def calibration_notes(applied: AppliedCalibration, model: str, gpu: str | None) 
     ]
     if applied.factors.request_overhead_ms > 0:
         notes.append(
-            f"a per-request overhead of {applied.factors.request_overhead_ms:.1f} ms outside the "
-            "engine (fitted) is added to TTFT and E2E"
+            f"a per-request cost of {applied.factors.request_overhead_ms:.1f} ms outside the "
+            "engine's steps (fitted, in place of the published front-end cost): the engine "
+            "sees each request that long after it was sent"
         )
     if applied.model.rsplit("/", 1)[-1].lower() != model.rsplit("/", 1)[-1].lower():
         notes.append(f"the calibration was fitted on {applied.model}, not {model}")
     if (applied.gpu or "custom") != (gpu or "custom"):
         notes.append(f"the calibration was fitted on {applied.gpu or 'custom hardware'}, not {gpu}")
     return notes
-
-
-def shift_by_overhead(result: Any, overhead_ms: float, closed_loop: bool) -> None:
-    """Add the per-request overhead to a predict result's TTFT and E2E (in place);
-    a closed loop's clients idle that long per request, so its throughput falls."""
-    if overhead_ms <= 0:
-        return
-    for name in ("ttft_ms", "e2e_ms"):
-        dist = getattr(result, name)
-        for stat in ("mean", "p50", "p90", "p95", "p99"):
-            setattr(dist, stat, getattr(dist, stat) + overhead_ms)
-    if closed_loop and result.e2e_ms.mean > 0:
-        keep = (result.e2e_ms.mean - overhead_ms) / result.e2e_ms.mean
-        result.output_tokens_per_s *= keep
-        result.requests_per_s *= keep
-        result.total_tokens_per_s *= keep

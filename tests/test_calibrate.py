@@ -122,8 +122,8 @@ def test_calibrating_on_two_low_loads_predicts_higher_loads(db, capsys) -> None:
     ]
     published, calibrated = _models(out)
     for p in held:
-        cal = simulate_point(calibrated, p, out["factors"]["request_overhead_ms"])
-        pub = simulate_point(published, p, 0.0)
+        cal = simulate_point(calibrated, p)
+        pub = simulate_point(published, p)
         for name, measured in measured_values(p).items():
             err_cal = abs(math.log(cal[name] / measured))
             assert err_cal < math.log(1.15), (p.load_label, name, cal[name], measured)
@@ -248,6 +248,13 @@ def test_budget_uses_the_calibration(db, capsys) -> None:
     pub = _json(capsys, args)
     assert any("calibration 'b'" in a for a in cal["assumptions"])
     assert cal["itl_ms"]["p50"] > 1.2 * pub["itl_ms"]["p50"]  # the truth decodes slower
+    # the fitted per-request cost replaces the published front end in preprocessing
+    fitted = _json(capsys, ["calibrations", "show", "b"])["factors"]["request_overhead_ms"]
+    pre = {r["name"]: r["predicted_ms"] for r in cal["components"]}["preprocessing"]
+    pub_pre = {r["name"]: r["predicted_ms"] for r in pub["components"]}["preprocessing"]
+    published = _models(_json(capsys, ["calibrations", "show", "b"]))[0]
+    front_end = published.efficiency.request_overhead_ms
+    assert fitted > 15.0 and pre - pub_pre == pytest.approx(fitted - front_end, abs=0.01)
 
 
 # --------------------------------------------------------------------------- hardware outside the catalog
@@ -430,8 +437,8 @@ def test_uniform_length_spread_keeps_the_means_and_desynchronises_a_closed_loop(
     assert inp.min() >= 1 and inp.max() <= 2 * 2000 and np.ptp(out) > 400  # never past L
     assert len(set(point_lengths(fixed)[0].tolist())) == 1
     model = StepModel.from_deployment(Deployment(model=MODEL, gpu="h100-sxm-80gb"))
-    ttft_fixed = simulate_point(model, fixed, 0.0)["ttft_ms"]
-    ttft_spread = simulate_point(model, spread, 0.0)["ttft_ms"]
+    ttft_fixed = simulate_point(model, fixed)["ttft_ms"]
+    ttft_spread = simulate_point(model, spread)["ttft_ms"]
     assert ttft_spread < 0.8 * ttft_fixed  # waves no longer prefill together
     with pytest.raises(ValueError):
         MeasuredPoint(**base, length_spread="normal")
@@ -461,7 +468,7 @@ def test_a_rate_is_fitted_before_a_fixed_cost_that_explains_the_same_points() ->
     )
     c64 = points[-1]
     assert c64.concurrency == 64
-    itl = simulate_point(calibrated, c64, fit.factors.request_overhead_ms)["itl_ms"]
+    itl = simulate_point(calibrated, c64)["itl_ms"]
     assert abs(itl / measured_values(c64)["itl_ms"] - 1) <= 0.25
 
 
@@ -487,7 +494,7 @@ def test_a_single_sequence_off_the_batched_line_is_its_own_factor() -> None:
             source=f"c{concurrency}", tool="vllm-bench", concurrency=concurrency,
             num_requests=12 * concurrency, input_tokens_mean=200.0, output_tokens_mean=64.0,
         )  # fmt: skip
-        return base.model_copy(update=simulate_point(truth, base, 0.0))
+        return base.model_copy(update=simulate_point(truth, base))
 
     fit = fit_deployment(
         lambda e: StepModel.from_deployment(dep, e),
@@ -502,7 +509,7 @@ def test_a_single_sequence_off_the_batched_line_is_its_own_factor() -> None:
         dep, calibrated_efficiency(published.efficiency, fit.factors)
     )
     c8 = measured(8)
-    itl = simulate_point(calibrated, c8, fit.factors.request_overhead_ms)["itl_ms"]
+    itl = simulate_point(calibrated, c8)["itl_ms"]
     assert abs(itl / measured_values(c8)["itl_ms"] - 1) <= 0.10
     assert any("single sequence" in w for w in fit.warnings)
 

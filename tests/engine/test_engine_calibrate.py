@@ -163,13 +163,12 @@ def calibrate_and_predict(
     for c, pts in points.items():
         rows = []
         for p in pts:
-            overhead = cal.factors.request_overhead_ms
-            cal_v = simulate_point(calibrated, p, overhead)
-            pub_v = simulate_point(published, p, 0.0)
+            cal_v = simulate_point(calibrated, p)
+            pub_v = simulate_point(published, p)
             row = {k: (m, cal_v[k], pub_v[k]) for k, m in measured_values(p).items()}
             row["ttft_ms_p50"] = (
                 float(p.ttft_ms_p50 or 0.0),
-                ttft_median(calibrated, p) + overhead,
+                ttft_median(calibrated, p),
                 ttft_median(published, p),
             )
             rows.append(row)
