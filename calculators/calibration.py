@@ -244,6 +244,7 @@ DEPLOYMENT_KEYS = (
     "max_num_seqs",
     "max_num_batched_tokens",
     "gpu_memory_utilization",
+    "enforce_eager",
 )
 
 
