@@ -182,6 +182,11 @@ class VllmRules:
     """0.33+: GB10 (DGX Spark, compute capability 12.1) stays on the 2048 /
     256 tier despite its memory (``is_gb10`` in ``get_batch_defaults``, new in
     the 0.33.0 wheel)."""
+    async_scheduling: bool = False
+    """0.14+: async scheduling is on by default (0.14.0 release notes, vllm#27614):
+    the engine core schedules step N+1 while the GPU runs step N, which hides the
+    host's per-step work behind the GPU's. The published factors were fitted on
+    0.11 runs, where that work sat between the steps."""
     mrv2_profiles_sampling_params: bool = False
     """0.33+: MRV2's ``_dummy_sampler_run`` (vllm/v1/worker/gpu/model_runner.py)
     samples the dummy batch a second time with
@@ -250,6 +255,7 @@ def _vllm_rules(version: str | None) -> VllmRules:
         batch_tier_160gib=v >= (0, 28, 0),
         gb10_small_tier=v >= (0, 33, 0),
         mrv2_profiles_sampling_params=v >= (0, 33, 0),
+        async_scheduling=v >= (0, 14, 0),
         mrv2_listed_moe=(0, 27, 1) <= v < (0, 29, 0),
         sampler_bytes_per_logit=SAMPLER_BYTES_PER_LOGIT[_sampler_era(v)],
         notes=tuple(notes),
