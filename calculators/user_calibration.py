@@ -96,7 +96,10 @@ class CalibratedFactors(BaseModel):
     request_overhead_ms: float = Field(
         0.0,
         ge=0,
-        description="Per-request cost outside the engine's steps: the simulator delays each request's arrival at the engine by it.",
+        description=(
+            "Per-request cost outside the engine's steps: the simulator delays each "
+            "request's arrival at the engine by it."
+        ),
     )
 
 

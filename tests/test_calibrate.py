@@ -249,11 +249,11 @@ def test_budget_uses_the_calibration(db, capsys) -> None:
     assert any("calibration 'b'" in a for a in cal["assumptions"])
     assert cal["itl_ms"]["p50"] > 1.2 * pub["itl_ms"]["p50"]  # the truth decodes slower
     # the fitted per-request cost replaces the published front end in preprocessing
-    fitted = _json(capsys, ["calibrations", "show", "b"])["factors"]["request_overhead_ms"]
+    stored = _json(capsys, ["calibrations", "show", "b"])
+    fitted = stored["factors"]["request_overhead_ms"]
+    front_end = _models(stored)[0].efficiency.request_overhead_ms  # the published one
     pre = {r["name"]: r["predicted_ms"] for r in cal["components"]}["preprocessing"]
     pub_pre = {r["name"]: r["predicted_ms"] for r in pub["components"]}["preprocessing"]
-    published = _models(_json(capsys, ["calibrations", "show", "b"]))[0]
-    front_end = published.efficiency.request_overhead_ms
     assert fitted > 15.0 and pre - pub_pre == pytest.approx(fitted - front_end, abs=0.01)
 
 
