@@ -248,6 +248,41 @@ DEPLOYMENT_KEYS = (
 )
 
 
+STATED_SETTINGS = {
+    "gpu_memory_utilization": (
+        r"(?:--gpu-memory-utilization|gpu_memory_utilization|--mem-fraction-static|"
+        r"mem_fraction_static|gpu-memory-utilization|mem-fraction-static)[ =:]*"
+        r"([0-9]+(?:\.[0-9]+)?)(-[0-9])?"
+    ),
+    "max_num_batched_tokens": (
+        r"(?:--max-num-batched-tokens|max_num_batched_tokens|--chunked-prefill-size|"
+        r"chunked_prefill_size)[ =:]*([0-9]+)()"
+    ),
+}
+"""Engine settings a measurement's conditions name as flags (vLLM's and SGLang's spellings;
+SGLang's chunked-prefill size is the simulator's step token budget)."""
+
+
+def stated_settings(conditions: str) -> dict[str, float]:
+    """The STATED_SETTINGS the conditions give one value each: the engine ran with them,
+    so the entry must carry them. A range ("0.85-0.88") or two values decide nothing."""
+    import re
+
+    out: dict[str, float] = {}
+    for field, pattern in STATED_SETTINGS.items():
+        found = list(re.finditer(pattern, conditions))
+        values = {float(f.group(1)) for f in found}
+        if len(values) == 1 and not any(f.group(2) for f in found):
+            out[field] = values.pop()
+    return out
+
+
+def missing_settings(m: dict[str, Any]) -> dict[str, float]:
+    """The stated settings a measurement entry does not carry (or carries otherwise)."""
+    stated = stated_settings(m.get("conditions", ""))
+    return {k: v for k, v in stated.items() if m.get(k) is None or float(m[k]) != v}
+
+
 def load_measurements(path: str | Path) -> list[dict[str, Any]]:
     """The ``[[measurement]]`` entries of a measurements TOML file."""
     with Path(path).open("rb") as fh:

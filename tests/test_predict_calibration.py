@@ -178,36 +178,14 @@ def test_varying_lengths_keep_the_published_mean_and_range(ratio):
     assert set(measurement_lengths(610, 1.0, 10, seed=1)) == {610}
 
 
-STATED_LIMITS = {
-    "gpu_memory_utilization": (
-        r"(?:--gpu-memory-utilization|gpu_memory_utilization|--mem-fraction-static|"
-        r"mem_fraction_static|gpu-memory-utilization|mem-fraction-static)[ =:]*"
-        r"([0-9]+(?:\.[0-9]+)?)(-[0-9])?"
-    ),
-    "max_num_batched_tokens": (
-        r"(?:--max-num-batched-tokens|max_num_batched_tokens|--chunked-prefill-size|"
-        r"chunked_prefill_size)[ =:]*([0-9]+)()"
-    ),
-}
-
-
 def test_an_engine_limit_the_conditions_state_is_in_the_entry(measurements):
     """Where an entry's conditions state one value for the engine's memory fraction or step
     token budget, the entry carries it: the simulator gives the run the KV cache and the
     chunks its engine had (2026-12-06: 316 and 92 entries had stated them and run on the
     defaults). A range ("0.85-0.88") decides nothing and is left unset."""
-    import re
+    from inferwise.calculators.calibration import missing_settings
 
-    missing = []
-    for m in measurements:
-        for field, pattern in STATED_LIMITS.items():
-            found = list(re.finditer(pattern, m.get("conditions", "")))
-            values = {float(f.group(1)) for f in found}
-            stated = (
-                values.pop() if len(values) == 1 and not any(f.group(2) for f in found) else None
-            )
-            if stated is not None and (m.get(field) is None or float(m[field]) != stated):
-                missing.append((m["id"], field))
+    missing = [(m["id"], missing_settings(m)) for m in measurements if missing_settings(m)]
     assert not missing, missing[:10]
 
 

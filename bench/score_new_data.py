@@ -1,0 +1,132 @@
+"""Score staged measurements blind, before they join tests/data/perf_measurements.toml.
+
+New published measurements are judged with the stored factors before anything else may
+change a factor: the printed score is the blind one the data file's comment quotes. Each
+staged entry is first checked as the data file's tests check it (required keys, an id the
+file does not hold yet, a model in the local catalog, a deployment that builds, the engine
+settings its conditions state); an entry that fails is named with the reason and left out
+of the score.
+
+    python -m bench.score_new_data STAGED.toml [STAGED.toml ...]
+
+Staged files hold ``[[measurement]]`` tables in the data file's format; their ``split``
+is ignored (every entry is scored as held out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tomllib
+from collections import defaultdict
+from pathlib import Path
+
+from inferwise.calculators.calibration import (
+    load_measurements,
+    measurement_deployment,
+    missing_settings,
+    simulate_measurement,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "perf_measurements.toml"
+MODELS = ROOT / "calculators" / "data" / "models"
+REQUIRED = (
+    "id",
+    "source_url",
+    "conditions",
+    "model",
+    "gpu",
+    "input_tokens",
+    "output_tokens",
+    "values",
+)
+WITHIN = 0.30
+
+
+def staged(paths: list[str]) -> list[dict]:
+    """Every entry of the staged files, scored as held out."""
+    out: list[dict] = []
+    for p in paths:
+        with open(p, "rb") as fh:
+            out += [{**m, "split": "held_out"} for m in tomllib.load(fh).get("measurement", [])]
+    return out
+
+
+def problem(m: dict, known_ids: set[str], models: set[str]) -> str | None:
+    """Why an entry cannot join the data file as it stands, or None."""
+    absent = [k for k in REQUIRED if k not in m]
+    if absent:
+        return f"missing {', '.join(absent)}"
+    if m["id"] in known_ids:
+        return "its id is already in the data file"
+    if m["model"] not in models:
+        return f"{m['model']} is not in the local catalog (calculators/data/models)"
+    try:
+        measurement_deployment(m)
+    except Exception as exc:  # noqa: BLE001 - reported, the entry is left out
+        return f"no deployment: {str(exc).splitlines()[0][:160]}"
+    stated = missing_settings(m)
+    if stated:
+        return "conditions state " + ", ".join(f"{k} = {v:g}" for k, v in stated.items())
+    return None
+
+
+def refused(m: dict) -> str:
+    """Why the simulator predicts nothing for an entry (the exception it raised)."""
+    try:
+        simulate_measurement(m)
+    except Exception as exc:  # noqa: BLE001 - reported, the entry is left out
+        return str(exc).splitlines()[0][:160]
+    return "no value predicted"
+
+
+def score(entries: list[dict]) -> tuple[list[tuple[str, str, int, int, float]], list[str]]:
+    """(source, metric family, within, values, median predicted/measured) per cell, and the
+    ids the simulator predicted nothing for (left out of the cells)."""
+    from bench.prediction_intervals import residuals
+
+    rs = residuals(entries)
+    failed = sorted({r.measurement for r in rs if r.predicted <= 0})
+    cells: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in rs:
+        if r.measurement not in failed:
+            cells[(r.source, r.family)].append(r.predicted / r.measured)
+    rows = []
+    for (source, family), ratios in sorted(cells.items()):
+        within = sum(1 for x in ratios if abs(x - 1.0) <= WITHIN)
+        rows.append((source, family, within, len(ratios), statistics.median(ratios)))
+    return rows, failed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+", help="TOML files of staged [[measurement]] entries")
+    args = ap.parse_args()
+    known = {m["id"] for m in load_measurements(DATA)}
+    models = {p.stem.replace("--", "/") for p in MODELS.glob("*.json")}
+    entries = staged(args.files)
+    good = []
+    for m in entries:
+        why = problem(m, known, models)
+        if why:
+            print(f"left out {m.get('id', '?')}: {why}")
+        else:
+            good.append(m)
+    rows, failed = score(good)
+    by_id = {m["id"]: m for m in good}
+    for i in failed:
+        print(f"left out {i}: the simulator refused it ({refused(by_id[i])})")
+    print(f"\n{'source':60} {'family':10} {'within30':>9} {'median ratio':>13}")
+    for source, family, within, n, median in rows:
+        print(f"{source[-60:]:60} {family:10} {within:4d}/{n:<4d} {median:13.2f}")
+    total, n = sum(r[2] for r in rows), sum(r[3] for r in rows)
+    share = f"{total / n:.0%}" if n else "-"
+    scored = len(good) - len(failed)
+    print(f"\nblind: {total} of {n} values within +-{WITHIN:.0%} ({share}), {scored} entries")
+    return 0 if scored else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
