@@ -106,7 +106,11 @@ def main() -> int:
     args = ap.parse_args()
     known = {m["id"] for m in load_measurements(DATA)}
     models = {p.stem.replace("--", "/") for p in MODELS.glob("*.json")}
-    entries = staged(args.files)
+    try:
+        entries = staged(args.files)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        print(f"score_new_data: files: not a readable TOML file of [[measurement]] tables ({exc})")
+        return 2
     good = []
     for m in entries:
         why = problem(m, known, models)

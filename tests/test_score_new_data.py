@@ -47,3 +47,11 @@ def test_staged_entries_are_checked_then_scored_blind(tmp_path, capsys, monkeypa
     assert f"left out {SOURCE_ID}: its id is already in the data file" in out
     scored = re.search(r"blind: (\d+) of (\d+) values within \+-30% \(\d+%\), 1 entries", out)
     assert scored and int(scored.group(2)) == len(stored["values"])  # only staged-ok scored
+
+
+def test_a_file_that_is_not_toml_is_refused_by_name(tmp_path, capsys, monkeypatch) -> None:
+    bad = tmp_path / "staged.toml"
+    bad.write_text("[[measurement]\nid = ")
+    monkeypatch.setattr(sys, "argv", ["score_new_data", str(bad)])
+    assert score_new_data.main() == 2
+    assert "not a readable TOML file" in capsys.readouterr().out
