@@ -20,28 +20,17 @@ import statistics
 import sys
 import tomllib
 from collections import defaultdict
-from pathlib import Path
 
+from bench.prediction_intervals import DATA, residuals
 from inferwise.calculators.calibration import (
+    MEASUREMENT_KEYS,
     load_measurements,
     measurement_deployment,
     missing_settings,
     simulate_measurement,
 )
+from inferwise.calculators.catalog import list_models
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data" / "perf_measurements.toml"
-MODELS = ROOT / "calculators" / "data" / "models"
-REQUIRED = (
-    "id",
-    "source_url",
-    "conditions",
-    "model",
-    "gpu",
-    "input_tokens",
-    "output_tokens",
-    "values",
-)
 WITHIN = 0.30
 
 
@@ -56,7 +45,7 @@ def staged(paths: list[str]) -> list[dict]:
 
 def problem(m: dict, known_ids: set[str], models: set[str]) -> str | None:
     """Why an entry cannot join the data file as it stands, or None."""
-    absent = [k for k in REQUIRED if k not in m]
+    absent = [k for k in MEASUREMENT_KEYS if k not in m]
     if absent:
         return f"missing {', '.join(absent)}"
     if m["id"] in known_ids:
@@ -85,8 +74,6 @@ def refused(m: dict) -> str:
 def score(entries: list[dict]) -> tuple[list[tuple[str, str, int, int, float]], list[str]]:
     """(source, metric family, within, values, median predicted/measured) per cell, and the
     ids the simulator predicted nothing for (left out of the cells)."""
-    from bench.prediction_intervals import residuals
-
     rs = residuals(entries)
     failed = sorted({r.measurement for r in rs if r.predicted <= 0})
     cells: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -105,7 +92,7 @@ def main() -> int:
     ap.add_argument("files", nargs="+", help="TOML files of staged [[measurement]] entries")
     args = ap.parse_args()
     known = {m["id"] for m in load_measurements(DATA)}
-    models = {p.stem.replace("--", "/") for p in MODELS.glob("*.json")}
+    models = {m.hf_id for m in list_models()}
     try:
         entries = staged(args.files)
     except (OSError, tomllib.TOMLDecodeError) as exc:

@@ -248,6 +248,19 @@ DEPLOYMENT_KEYS = (
 )
 
 
+MEASUREMENT_KEYS = (
+    "id",
+    "source_url",
+    "conditions",
+    "model",
+    "gpu",
+    "input_tokens",
+    "output_tokens",
+    "values",
+)
+"""What every ``[[measurement]]`` entry states (besides its ``split``)."""
+
+
 STATED_SETTINGS = {
     "gpu_memory_utilization": (
         r"(?:--gpu-memory-utilization|gpu_memory_utilization|--mem-fraction-static|"

@@ -14,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from inferwise.calculators.calibration import load_measurements, simulate_measurement
+from inferwise.calculators.calibration import (
+    MEASUREMENT_KEYS,
+    load_measurements,
+    simulate_measurement,
+)
 from inferwise.calculators.errors import InputError
 
 DATA = Path(__file__).parent / "data" / "perf_measurements.toml"
@@ -23,17 +27,7 @@ DATA = Path(__file__).parent / "data" / "perf_measurements.toml"
 # predict assumed the install fact that lets it start (FlashInfer's sampler); any new
 # rejection fails below.
 KNOWN_FIT_DISAGREEMENTS: set[str] = set()
-REQUIRED = {
-    "id",
-    "source_url",
-    "conditions",
-    "model",
-    "gpu",
-    "input_tokens",
-    "output_tokens",
-    "values",
-    "split",
-}
+REQUIRED = {*MEASUREMENT_KEYS, "split"}
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +179,7 @@ def test_an_engine_limit_the_conditions_state_is_in_the_entry(measurements):
     defaults). A range ("0.85-0.88") decides nothing and is left unset."""
     from inferwise.calculators.calibration import missing_settings
 
-    missing = [(m["id"], missing_settings(m)) for m in measurements if missing_settings(m)]
+    missing = [(m["id"], unset) for m in measurements if (unset := missing_settings(m))]
     assert not missing, missing[:10]
 
 
