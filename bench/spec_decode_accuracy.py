@@ -35,6 +35,7 @@ def _models(case: dict[str, Any], k: int, tau: float) -> tuple[Any, Any, Any]:
     req = PredictRequest(
         model=case["model"],
         gpu=case["gpu"],
+        engine_version=case["engine_version"],
         speculative_method=case["method"],
         num_speculative_tokens=k,
         spec_acceptance_length=tau,

@@ -32,6 +32,7 @@ _KEYS = (
     "step_overhead_ms",
     "per_seq_overhead_ms",
     "link_fraction",
+    "pcie_link_fraction",
     "eager_layer_overhead_us",
     "eager_mla_layer_overhead_us",
     "compute_half_tokens",
@@ -83,6 +84,15 @@ def efficiency_layers(
     return merged, used
 
 
+def _link_fraction(merged: dict[str, Any], interconnect: str) -> float:
+    """NCCL's share of the link's per-direction rate in a ring all-reduce: PCIe-only GPUs
+    have a measured share of their own (``pcie_link_fraction``), NVLink and the rest the
+    fitted ``link_fraction``."""
+    if interconnect == "pcie" and "pcie_link_fraction" in merged:
+        return merged["pcie_link_fraction"]
+    return merged["link_fraction"]
+
+
 def load_efficiency(
     gpu: Any,
     engine: str = "vllm",
@@ -103,7 +113,7 @@ def load_efficiency(
         step_overhead_ms=float(merged["step_overhead_ms"]),
         per_seq_overhead_ms=float(merged["per_seq_overhead_ms"]),
         allreduce_latency_us=float(latency.get(gpu.interconnect, latency.get("pcie", 40.0))),
-        link_fraction=float(merged["link_fraction"]),
+        link_fraction=float(_link_fraction(merged, gpu.interconnect)),
         eager_layer_overhead_us=float(merged.get("eager_layer_overhead_us", 270.0)),
         eager_mla_layer_overhead_us=float(merged.get("eager_mla_layer_overhead_us", 880.0)),
         moe_compute_fraction=float(

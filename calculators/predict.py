@@ -367,7 +367,7 @@ def saturation_point(
     # with decodes; prefix-cache hits (``cached_share`` of the prompt) are not computed.
     computed_in = max(1.0, mean_in * (1.0 - cached_share))
     chunks = max(1, math.ceil(computed_in / model.max_num_batched_tokens))
-    t_pf = max(0.0, model.prefill_ms(int(computed_in)) - chunks * model.efficiency.step_overhead_ms)
+    t_pf = max(0.0, model.prefill_ms(int(computed_in)) - chunks * model.serial_step_overhead_ms)
     per_batch_ms = mean_out * t_dec + batch * t_pf
     rps = batch / (per_batch_ms / 1e3) if per_batch_ms > 0 else math.inf
     return Saturation(
@@ -522,7 +522,6 @@ def _predict(req: PredictRequest, calibration: AppliedCalibration | None) -> Pre
     )
     mode = "trace" if trace is not None else _load_mode(req)
     warnings = _sim_warnings(run_req, model, res, sat, mode, len(inp), trace)
-    warnings += _async_scheduling_warning(req, shares, calibration)
     itl = weighted_percentiles(stats.itl_values, stats.itl_weights)
     from .spec_decode import at_load
 
@@ -688,37 +687,6 @@ def _sim_warnings(
     if res.rejected:
         warnings.append(f"{res.rejected} requests longer than the whole KV cache were dropped")
     return warnings
-
-
-ASYNC_WARNING_SHARE = 0.25
-"""The fixed costs' share of a decode step above which predict warns of vLLM 0.14+ on one
-GPU: below, the GPU's own work dominates the step and the bias did not show."""
-
-
-def _async_scheduling_warning(
-    req: PredictRequest, shares: dict[str, float], calibration: Any
-) -> list[str]:
-    """A known bias, in words. vLLM 0.14+ overlaps the host's per-step work with the GPU's,
-    while the published factors were fitted on 0.11 runs. Single-GPU deployments of small
-    models on recent releases are measured faster than predicted; tensor-parallel ones
-    (MiniMax-M2.5 on 8 x H100, Qwen3-30B-A3B on 4 x A100, vLLM 0.20) are not, so the warning
-    is for one GPU whose decode step is mostly fixed costs."""
-    from .engine_policy import vllm_rules
-
-    share = shares.get("overhead", 0.0)
-    if req.engine != "vllm" or calibration is not None or share < ASYNC_WARNING_SHARE:
-        return []
-    rules = vllm_rules(req.engine_version)
-    if not rules.async_scheduling or req.tensor_parallel_size * req.pipeline_parallel_size > 1:
-        return []
-    return [
-        f"vLLM {rules.version} schedules asynchronously (default since 0.14: the host prepares "
-        "the next step while the GPU runs this one); the published factors were fitted on "
-        f"vLLM 0.11 runs, and their fixed per-step costs are {share:.0%} of a decode step here. "
-        "Single-GPU runs of small models on recent releases were measured faster than "
-        "predicted (Qwen3-8B on one H100 with vLLM 0.30: ITL about 0.8x the prediction); "
-        "`inferwise calibrate` on your own runs fits your release"
-    ]
 
 
 def admitted_batch(model: Any, mean_tokens: float) -> int:

@@ -396,6 +396,11 @@ class StepModel:
     ``--enable-piecewise-cuda-graph``), and vLLM's V0 engine for decode-only steps. Such a step
     lasts at least the host's dispatch of every layer (:meth:`eager_floor_ms`), which is what
     a short prompt's TTFT shows on a large model; a long prefill hides it behind the GPU work."""
+    hides_host_step: bool = False
+    """The host's per-step work (``step_overhead_ms``) runs while the GPU runs the previous
+    step, so it bounds a step from below instead of adding to it: vLLM 0.14+ schedules
+    asynchronously by default (0.14.0 release notes, vllm#27614). Set for one GPU only, with
+    the published factors (see _hides_host_step)."""
     recv_interval_steps: int = 1
     """SGLang's --scheduler-recv-interval: while it decodes, the scheduler takes in new
     requests only every this many steps (a step with prompt tokens counts as the whole
@@ -418,9 +423,17 @@ class StepModel:
     # ------------------------------------------------------------------ core arithmetic
 
     def _terms(
-        self, prefill_tokens: Any, decode_seqs: Any, kv_tokens: Any, pairs: Any, sampled: Any
+        self,
+        prefill_tokens: Any,
+        decode_seqs: Any,
+        kv_tokens: Any,
+        pairs: Any,
+        sampled: Any,
+        floors: bool = True,
     ):
-        """The four time terms in ms; works on floats and on numpy arrays alike."""
+        """The four time terms in ms; works on floats and on numpy arrays alike. Without
+        ``floors`` the host's floors (eager dispatch, hidden step work) are left out, for
+        :meth:`decode_line`, which applies them itself."""
         s, hw, e = self.shape, self.hardware, self.efficiency
         tp = self.tensor_parallel_size
         tokens = prefill_tokens + decode_seqs
@@ -467,7 +480,7 @@ class StepModel:
             comm_ms = 2 * s.num_layers * self._allreduce_s(msg) * 1e3
         if self.pipeline_parallel_size > 1:
             comm_ms = comm_ms + self._stage_hops_s(msg) * 1e3
-        overhead = e.step_overhead_ms
+        overhead = self.serial_step_overhead_ms
         layers_ms = (
             e.per_layer_overhead_us * s.num_layers
             + e.mla_layer_overhead_us * s.mla_layers
@@ -482,7 +495,10 @@ class StepModel:
             scale = 1.0 + (e.single_seq_step_factor - 1.0) * solo
             compute_ms, memory_ms = compute_ms * scale, memory_ms * scale
             comm_ms, overhead_ms = comm_ms * scale, overhead_ms * scale
-        if self.enforce_eager or self.prefill_eager:  # the GPU waits for the host's dispatch
+        if floors and self.hides_host_step:  # the GPU waits only for a host slower than it
+            gpu_ms = _maximum(compute_ms, memory_ms) + comm_ms + overhead_ms
+            overhead_ms = overhead_ms + _maximum(0.0 * gpu_ms, e.step_overhead_ms - gpu_ms)
+        if floors and (self.enforce_eager or self.prefill_eager):  # the GPU waits for dispatch
             gpu_ms = _maximum(compute_ms, memory_ms) + comm_ms + overhead_ms
             wait_ms = _maximum(0.0 * gpu_ms, self.eager_floor_ms() - gpu_ms)
             if not self.enforce_eager:  # only the steps with prompt tokens (1/0 per step)
@@ -535,6 +551,12 @@ class StepModel:
             e.step_overhead_ms
             + (per_layer_us + e.eager_mla_layer_overhead_us * s.mla_layers) * 1e-3
         )
+
+    @property
+    def serial_step_overhead_ms(self) -> float:
+        """The host's per-step work that adds to a step's time: all of it, unless the engine
+        prepares the next step while the GPU runs this one (:attr:`hides_host_step`)."""
+        return 0.0 if self.hides_host_step else self.efficiency.step_overhead_ms
 
     def _link_rates(self) -> tuple[float, float, float]:
         """Bytes/s over NVLink (fitted fraction) and between nodes (assumed), and the fixed
@@ -620,10 +642,13 @@ class StepModel:
         in the tokens attended (:meth:`DecodeLine.attended_tokens`); lets the simulator time long
         runs of decode steps without calling the full model per step."""
         d = float(decode_seqs)
-        graphs = replace(self, enforce_eager=False)
-        c0, m0, comm, ov, _, _ = graphs._terms(0.0, d, 0.0, 0.0, d)
-        c1, m1, _, _, _, _ = graphs._terms(0.0, d, 1.0, 0.0, d)  # below any window's cap
-        floor = self.eager_floor_ms() - (comm + ov) if self.enforce_eager else -math.inf
+        c0, m0, comm, ov, _, _ = self._terms(0.0, d, 0.0, 0.0, d, floors=False)
+        c1, m1, _, _, _, _ = self._terms(0.0, d, 1.0, 0.0, d, floors=False)  # below any cap
+        floor = -math.inf
+        if self.hides_host_step:
+            floor = self.efficiency.step_overhead_ms - (comm + ov)
+        if self.enforce_eager:
+            floor = max(floor, self.eager_floor_ms() - (comm + ov))
         knee = d * self.shape.sliding_window if self.shape.sliding_window else math.inf
         return DecodeLine(
             c0, c1 - c0, m0, m1 - m0, comm + ov, floor, knee, self.shape.sliding_share
@@ -876,8 +901,9 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         )
     if gpu.interconnect == "pcie" and dep.tensor_parallel_size > 1:
         notes.append(
-            "PCIe all-reduce latency is an assumed 40 us (no PCIe tensor-parallel measurements in "
-            "the calibration set); NVLink factors are fitted"
+            "PCIe all-reduce at NCCL's rate measured on a two-socket server (4 x A100 PCIe, every "
+            "pair across the CPUs): about 5 GB/s and 23 us per call. GPUs that share PCIe switches "
+            "with P2P on run 5-9x faster; nccl-tests all_reduce_perf on yours tells which"
         )
     if dep.pipeline_parallel_size > 1:
         notes.append(
@@ -906,6 +932,13 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         notes.append(
             "no CUDA graphs (--enforce-eager): a step lasts at least the host's dispatch of every "
             "layer's kernels (data/efficiency.toml eager_layer_overhead_us)"
+        )
+    hides_host_step = efficiency is None and _hides_host_step(dep)
+    if hides_host_step:
+        notes.append(
+            f"vLLM {_vllm_version(dep)} schedules asynchronously (default since 0.14): the host "
+            f"prepares the next step while the GPU runs this one, so its "
+            f"{eff.step_overhead_ms:.2f} ms per step bounds a step instead of adding to it"
         )
     eager = dep.enforce_eager or _trtllm_eager(dep, arch, notes)
     prefill_eager = not eager and _prefill_runs_eager(dep)
@@ -936,6 +969,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         kv_window_share=_kv_window_share(dep, shape),
         kv_reported_per_max_len=dep.engine == "vllm" and _vllm_reports_per_max_len(dep),
         recv_interval_steps=dep.scheduler_recv_interval or 1,
+        hides_host_step=hides_host_step,
     )
 
 
@@ -947,6 +981,27 @@ def _is_vllm_v1(dep: Deployment) -> bool:
     from .engine_policy import vllm_rules
 
     return dep.engine == "vllm" and vllm_rules(dep.engine_version).v1
+
+
+def _vllm_version(dep: Deployment) -> str:
+    from .engine_policy import vllm_rules
+
+    return vllm_rules(dep.engine_version).version
+
+
+def _hides_host_step(dep: Deployment) -> bool:
+    """vLLM 0.14+ on one GPU: async scheduling (on by default) prepares step N+1 on the host
+    while the GPU runs step N. The published step cost was fitted on 0.11 runs, where that
+    work sat between the steps. Held out, one-GPU runs of 0.14+ releases (silybench, kvcached,
+    a k8s platform; vLLM 0.23-0.31) were measured that much faster, while tensor-parallel ones
+    (MiniMax-M2.5 on 8 x H100, Qwen3-30B-A3B on 4 x A100; vLLM 0.20) were not: there the
+    fitted step cost also carries the ranks' per-step hand-off and synchronisation, which the
+    overlap does not hide. A calibration fits its own step cost and keeps it serial."""
+    from .engine_policy import vllm_rules
+
+    if dep.engine != "vllm" or dep.tensor_parallel_size * dep.pipeline_parallel_size > 1:
+        return False
+    return vllm_rules(dep.engine_version).async_scheduling
 
 
 def _prefill_runs_eager(dep: Deployment) -> bool:

@@ -333,7 +333,7 @@ def _head_forward(target: Any, shape: Any) -> Any:
     eff = replace(
         target.efficiency, step_overhead_ms=drafter_constants()["draft_forward_overhead_ms"]
     )
-    return replace(target, shape=shape, efficiency=eff, notes=())
+    return replace(target, shape=shape, efficiency=eff, notes=(), hides_host_step=False)
 
 
 def _weights_of(shape: Any) -> float:
@@ -733,7 +733,7 @@ def _throughput_gain(
     """A batch's turnover: out decode steps plus each member's prefill (saturation_point's
     arithmetic), with the per-token decode time replaced by the speculative one."""
     chunks = max(1, math.ceil(mean_in / target.max_num_batched_tokens))
-    pf = max(0.0, target.prefill_ms(int(mean_in)) - chunks * target.efficiency.step_overhead_ms)
+    pf = max(0.0, target.prefill_ms(int(mean_in)) - chunks * target.serial_step_overhead_ms)
     plain_total = mean_out * plain_ms + batch * pf
     spec_total = mean_out * spec_ms_per_token + batch * pf
     return plain_total / spec_total if spec_total > 0 else 1.0

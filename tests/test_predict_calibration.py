@@ -118,6 +118,9 @@ def test_every_factor_in_the_table_reaches_the_model():
         for key, value in layer.items():
             if key == "allreduce_latency_us":
                 assert eff.allreduce_latency_us == value[get_gpu(gpu_id).interconnect]
+            elif key == "pcie_link_fraction":  # GPUs joined by PCIe only take this one
+                pcie = load_efficiency(get_gpu("a100-pcie-40gb"), engine)
+                assert pcie.link_fraction == pytest.approx(value) != eff.link_fraction
             elif key not in ("source", "engine"):
                 assert getattr(eff, key) == pytest.approx(value), key
 

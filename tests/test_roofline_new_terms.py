@@ -65,3 +65,25 @@ def test_decode_attention_pays_per_sequence_per_layer():
     with_cost = model(replace(BASE, attn_seq_overhead_us=us)).breakdown(0, 100, 100 * 500)
     without = model(BASE).breakdown(0, 100, 100 * 500)
     assert with_cost.overhead_ms - without.overhead_ms == pytest.approx(us * 1e-3 * 100 * 32)
+
+
+def test_a_hidden_host_step_is_a_floor_not_a_cost():
+    """vLLM 0.14+ on one GPU: the host's step work overlaps the GPU's, so a step takes the longer
+    of the two; the simulator's decode fast path (DecodeLine) agrees with the full step."""
+    host_ms = 1.0
+    serial = model(replace(BASE, step_overhead_ms=host_ms))
+    hidden = replace(serial, hides_host_step=True)
+    big = (0, 64, 64 * 2000)  # GPU work well above 1 ms: the host's step is hidden
+    gpu_ms = serial.step_ms(*big) - host_ms
+    assert gpu_ms > host_ms
+    assert hidden.step_ms(*big) == pytest.approx(gpu_ms, rel=1e-9)
+    tiny = replace(hidden, shape=replace(SHAPE, dense_weight_bytes=SHAPE.dense_weight_bytes / 100))
+    tiny_serial = replace(tiny, hides_host_step=False)
+    assert tiny_serial.step_ms(0, 1, 10) - host_ms < host_ms  # the GPU's part is shorter
+    assert tiny.step_ms(0, 1, 10) == pytest.approx(host_ms, rel=1e-9)  # so the host's sets it
+    for m in (hidden, tiny):
+        line = m.decode_line(8)
+        for kv in (0.0, 8 * 500.0, 8 * 50_000.0):
+            a = line.attended_tokens(kv)
+            fast = max(line.c0 + line.c1 * a, line.m0 + line.m1 * a, line.floor) + line.fixed
+            assert fast == pytest.approx(m.step_ms(0, 8, int(kv)), rel=1e-9)
