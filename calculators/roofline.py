@@ -495,16 +495,25 @@ class StepModel:
             scale = 1.0 + (e.single_seq_step_factor - 1.0) * solo
             compute_ms, memory_ms = compute_ms * scale, memory_ms * scale
             comm_ms, overhead_ms = comm_ms * scale, overhead_ms * scale
-        if floors and self.hides_host_step:  # the GPU waits only for a host slower than it
+        if floors:
             gpu_ms = _maximum(compute_ms, memory_ms) + comm_ms + overhead_ms
-            overhead_ms = overhead_ms + _maximum(0.0 * gpu_ms, e.step_overhead_ms - gpu_ms)
-        if floors and (self.enforce_eager or self.prefill_eager):  # the GPU waits for dispatch
-            gpu_ms = _maximum(compute_ms, memory_ms) + comm_ms + overhead_ms
-            wait_ms = _maximum(0.0 * gpu_ms, self.eager_floor_ms() - gpu_ms)
-            if not self.enforce_eager:  # only the steps with prompt tokens (1/0 per step)
-                wait_ms = wait_ms * (prefill_tokens > 0)
-            overhead_ms = overhead_ms + wait_ms
+            overhead_ms = overhead_ms + self._host_wait_ms(gpu_ms, prefill_tokens)
         return compute_ms, memory_ms, comm_ms, overhead_ms, flops, nbytes
+
+    def _host_wait_ms(self, gpu_ms: Any, prefill_tokens: Any) -> Any:
+        """What a step waits for the host beyond the GPU's ``gpu_ms``: its hidden step work
+        where that is longer (:attr:`hides_host_step`), and without CUDA graphs the dispatch
+        of every kernel (:meth:`eager_floor_ms`; with ``prefill_eager`` only on steps that
+        carry prompt tokens)."""
+        wait_ms = 0.0 * gpu_ms
+        if self.hides_host_step:
+            wait_ms = _maximum(wait_ms, self.efficiency.step_overhead_ms - gpu_ms)
+        if self.enforce_eager or self.prefill_eager:
+            eager_ms = _maximum(0.0 * gpu_ms, self.eager_floor_ms() - gpu_ms - wait_ms)
+            if not self.enforce_eager:  # 1/0 per step
+                eager_ms = eager_ms * (prefill_tokens > 0)
+            wait_ms = wait_ms + eager_ms
+        return wait_ms
 
     def _moe_rate(self) -> float:
         """The routed experts' share of peak: moe_compute_fraction, ramped down for experts
@@ -899,40 +908,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         notes.append(
             f"no published {dep.engine} measurements in the calibration set: vLLM's factors used"
         )
-    if gpu.interconnect == "pcie" and dep.tensor_parallel_size > 1:
-        notes.append(
-            "PCIe all-reduce at NCCL's rate measured on a two-socket server (4 x A100 PCIe, every "
-            "pair across the CPUs): about 5 GB/s and 23 us per call. GPUs that share PCIe switches "
-            "with P2P on run 5-9x faster; nccl-tests all_reduce_perf on yours tells which"
-        )
-    if dep.pipeline_parallel_size > 1:
-        notes.append(
-            f"pipeline parallelism: up to {dep.pipeline_parallel_size} micro-batches in flight, one per "
-            "stage (the engines' virtual engines), each with its share of the sequences and KV "
-            "cache; a step's latency is the whole pipeline's, the stages' bubbles are not modelled"
-        )
-    if shape.sliding_window and shape.window_is_chunk:
-        notes.append(
-            f"{shape.sliding_share:.0%} of the attention layers attend within chunks of "
-            f"{2 * shape.sliding_window:,} tokens: timed as reading and scoring "
-            f"{shape.sliding_window:,} cached tokens per sequence (half a chunk, the mean)"
-        )
-    elif shape.sliding_window:
-        notes.append(
-            f"{shape.sliding_share:.0%} of the attention layers see a {shape.sliding_window:,}-token "
-            "window: they read and score at most that many cached tokens per sequence"
-        )
-    if dep.scheduler_recv_interval and dep.scheduler_recv_interval > 1:
-        notes.append(
-            f"SGLang takes new requests in every {dep.scheduler_recv_interval} decode steps "
-            "(--scheduler-recv-interval) and right after a prompt step: while it decodes, an "
-            f"arrival waits about {(dep.scheduler_recv_interval - 1) / 2:g} steps before it is seen"
-        )
-    if dep.enforce_eager:
-        notes.append(
-            "no CUDA graphs (--enforce-eager): a step lasts at least the host's dispatch of every "
-            "layer's kernels (data/efficiency.toml eager_layer_overhead_us)"
-        )
+    notes.extend(_layout_notes(dep, gpu.interconnect, shape))
     hides_host_step = efficiency is None and _hides_host_step(dep)
     if hides_host_step:
         notes.append(
@@ -971,6 +947,47 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         recv_interval_steps=dep.scheduler_recv_interval or 1,
         hides_host_step=hides_host_step,
     )
+
+
+def _layout_notes(dep: Deployment, interconnect: str, shape: ModelShape) -> list[str]:
+    """What the step model assumes of the deployment's layout and settings, in words: the PCIe
+    all-reduce rate, pipeline stages, sliding windows, SGLang's receive interval, eager mode."""
+    notes: list[str] = []
+    if interconnect == "pcie" and dep.tensor_parallel_size > 1:
+        notes.append(
+            "PCIe all-reduce at NCCL's rate measured on a two-socket server (4 x A100 PCIe, every "
+            "pair across the CPUs): about 5 GB/s and 23 us per call. GPUs that share PCIe switches "
+            "with P2P on run 5-9x faster; nccl-tests all_reduce_perf on yours tells which"
+        )
+    if dep.pipeline_parallel_size > 1:
+        notes.append(
+            f"pipeline parallelism: up to {dep.pipeline_parallel_size} micro-batches in flight, one per "
+            "stage (the engines' virtual engines), each with its share of the sequences and KV "
+            "cache; a step's latency is the whole pipeline's, the stages' bubbles are not modelled"
+        )
+    if shape.sliding_window and shape.window_is_chunk:
+        notes.append(
+            f"{shape.sliding_share:.0%} of the attention layers attend within chunks of "
+            f"{2 * shape.sliding_window:,} tokens: timed as reading and scoring "
+            f"{shape.sliding_window:,} cached tokens per sequence (half a chunk, the mean)"
+        )
+    elif shape.sliding_window:
+        notes.append(
+            f"{shape.sliding_share:.0%} of the attention layers see a {shape.sliding_window:,}-token "
+            "window: they read and score at most that many cached tokens per sequence"
+        )
+    if dep.scheduler_recv_interval and dep.scheduler_recv_interval > 1:
+        notes.append(
+            f"SGLang takes new requests in every {dep.scheduler_recv_interval} decode steps "
+            "(--scheduler-recv-interval) and right after a prompt step: while it decodes, an "
+            f"arrival waits about {(dep.scheduler_recv_interval - 1) / 2:g} steps before it is seen"
+        )
+    if dep.enforce_eager:
+        notes.append(
+            "no CUDA graphs (--enforce-eager): a step lasts at least the host's dispatch of every "
+            "layer's kernels (data/efficiency.toml eager_layer_overhead_us)"
+        )
+    return notes
 
 
 V0_WATERMARK = 0.01
