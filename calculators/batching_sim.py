@@ -297,7 +297,7 @@ class _StepLoop:
         "preempt", "rejected", "decode_batch_sum", "max_running", "peak_kv", "finished",
         "as_array", "skip", "adj", "frontend_ms", "stall_ms", "watermark", "gen_base",
         "preempted_at", "ratio", "fin_tick", "sum_finish", "sum_out_dec", "sum_pre_left",
-        "recv_every", "since_recv",
+        "recv_every", "since_recv", "ahead", "seen_t",
     )  # fmt: skip
 
     def __init__(
@@ -326,6 +326,11 @@ class _StepLoop:
         # every recv_every-th decode step and right after a step with prompt tokens
         self.recv_every = max(1, int(model.recv_interval_steps))
         self.since_recv = 0  # decode steps since the last receive point
+        # vLLM's async scheduling (StepModel.schedules_ahead): while the engine is busy, a
+        # step's batch is fixed when the step before it starts, so a step takes in only the
+        # requests that arrived by then (seen_t: the start of the step that just ran)
+        self.ahead = model.schedules_ahead
+        self.seen_t = 0.0
         self.n, self.prompt, self.outl, self.arrivals = n, prompt, outl, arrivals
         self.closed = closed
         self.next_req = len(arrivals)  # closed loop: the next request id to release
@@ -391,7 +396,7 @@ class _StepLoop:
                 time.sleep(0)  # hand the GIL over: a server's event loop shares this process
             if (
                 self.arr_i < len(arrivals)
-                and arrivals[self.arr_i] <= self.t
+                and arrivals[self.arr_i] <= (self.seen_t if self.ahead else self.t)
                 and not self.since_recv
             ):
                 self._queue_arrivals()
@@ -416,7 +421,7 @@ class _StepLoop:
                 break  # nothing can run and nothing will arrive
 
     def _queue_arrivals(self) -> None:
-        arrivals, t = self.arrivals, self.t
+        arrivals, t = self.arrivals, (self.seen_t if self.ahead else self.t)
         while self.arr_i < len(arrivals) and arrivals[self.arr_i] <= t:
             self.waiting.append(self.arr_i)
             self.arr_i += 1
@@ -424,7 +429,7 @@ class _StepLoop:
     def _jump_to_next_arrival(self) -> bool:
         if self.arr_i >= len(self.arrivals):
             return False
-        self.t = max(self.t, self.arrivals[self.arr_i])
+        self.t = self.seen_t = max(self.t, self.arrivals[self.arr_i])
         self.since_recv = 0  # an idle scheduler polls for requests at once
         return True
 
@@ -547,8 +552,11 @@ class _StepLoop:
         limit = self.arrivals[self.arr_i] if pending else None
         kv0 = self.sum_ctx_base + d * self.tick
         every = self.recv_every
-        times, self.t = _decode_block(line, self.t, kv0, d, k, limit, every, self.since_recv)
+        times, self.t = _decode_block(
+            line, self.t, kv0, d, k, limit, every, self.since_recv, self.ahead
+        )
         k = len(times)
+        self.seen_t = self.t - float(times[-1])
         self.since_recv = (self.since_recv + k) % every
         if self.ratio:
             self.ratio = max(SGLANG_MIN_NEW_TOKEN_RATIO, self.ratio - k * SGLANG_RATIO_DECAY)
@@ -607,6 +615,7 @@ class _StepLoop:
         dt = self.model.step_ms(
             p_tokens, d, kv_ctx, prefill_pairs=pairs, sampled=d + len(completing)
         )
+        self.seen_t = self.t
         self.t += dt
         self.steps += 1
         if self.ratio:
@@ -728,12 +737,15 @@ def _decode_block(
     limit: float | None,
     every: int = 1,
     since_recv: int = 0,
+    ahead: bool = False,
 ) -> tuple[Any, float]:
     """Step times of up to ``k`` pure-decode steps of ``d`` sequences from time ``t`` (KV
     tokens ``kv0``, growing by ``d`` a step), stopping at the first receive point at or after
     ``limit`` (the next arrival). With ``every`` = 1 every step is one; with SGLang's
     --scheduler-recv-interval (``every`` > 1) the steps that complete a multiple of ``every``
     decode steps since the last receive (``since_recv`` of them done before this block).
+    With ``ahead`` (vLLM's async scheduling) an arrival is taken in only after a step that
+    started after it, so the block runs on to the end of that step.
     Returns the times and the end time."""
     import numpy as np
 
@@ -748,21 +760,23 @@ def _decode_block(
             # DecodeLine.attended_tokens inlined: a method call per step costs here
             a = kv - share * (kv - knee) if windowed and kv > knee else kv
             dt_s = max(c0 + c1 * a, m0 + m1 * a, floor) + fixed
+            seen = now if ahead else now + dt_s
             now += dt_s
             times_l.append(dt_s)
             kv += d
             since_recv += 1
-            if limit is not None and now >= limit and not since_recv % every:
+            if limit is not None and seen >= limit and not since_recv % every:
                 break
         return np.array(times_l), now
     kvs = line.attended_tokens(kv0 + d * np.arange(k, dtype=float))
     times = np.maximum(np.maximum(c0 + c1 * kvs, m0 + m1 * kvs), floor) + fixed
     ends = t + np.cumsum(times)
     if limit is not None:
+        seen = ends - times if ahead else ends
         if every == 1:
-            cut = int(np.searchsorted(ends, limit, side="left")) + 1
+            cut = int(np.searchsorted(seen, limit, side="left")) + 1
         else:
-            received = (ends >= limit) & ((since_recv + np.arange(1, k + 1)) % every == 0)
+            received = (seen >= limit) & ((since_recv + np.arange(1, k + 1)) % every == 0)
             cut = int(np.argmax(received)) + 1 if received.any() else k
         if cut < k:
             times, ends = times[:cut], ends[:cut]

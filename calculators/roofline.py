@@ -401,6 +401,11 @@ class StepModel:
     step, so it bounds a step from below instead of adding to it: vLLM 0.14+ schedules
     asynchronously by default (0.14.0 release notes, vllm#27614). Set for one GPU only, with
     the published factors (see _hides_host_step)."""
+    schedules_ahead: bool = False
+    """vLLM 0.14+ (async scheduling on by default): the engine core schedules step N+1 as soon
+    as it has launched step N (``step_with_batch_queue``, two batches in flight), so a request
+    that arrives while step N runs is first scheduled in step N+2; sync scheduling takes it in
+    N+1. The simulator applies it (one more step of TTFT under load); any tensor parallelism."""
     recv_interval_steps: int = 1
     """SGLang's --scheduler-recv-interval: while it decodes, the scheduler takes in new
     requests only every this many steps (a step with prompt tokens counts as the whole
@@ -946,6 +951,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         kv_reported_per_max_len=dep.engine == "vllm" and _vllm_reports_per_max_len(dep),
         recv_interval_steps=dep.scheduler_recv_interval or 1,
         hides_host_step=hides_host_step,
+        schedules_ahead=_schedules_ahead(dep),
     )
 
 
@@ -1004,6 +1010,12 @@ def _vllm_version(dep: Deployment) -> str:
     from .engine_policy import vllm_rules
 
     return vllm_rules(dep.engine_version).version
+
+
+def _schedules_ahead(dep: Deployment) -> bool:
+    from .engine_policy import vllm_rules
+
+    return dep.engine == "vllm" and vllm_rules(dep.engine_version).async_scheduling
 
 
 def _hides_host_step(dep: Deployment) -> bool:

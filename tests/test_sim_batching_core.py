@@ -115,6 +115,22 @@ def test_sglangs_receive_interval_makes_arrivals_wait_half_an_interval_of_decode
     assert ttft[every] - ttft[1] == pytest.approx((every - 1) / 2 * step_ms, rel=0.25)
 
 
+def test_scheduling_ahead_costs_an_arrival_one_more_step_under_load():
+    """vLLM's async scheduling fixes step N+1's batch when step N starts, so a request that
+    arrives during step N runs its prefill in step N+2: one more decode step of TTFT than
+    sync scheduling. An idle engine schedules an arrival at once either way."""
+    out = np.random.default_rng(0).integers(100, 500, 600)
+    ttft = {}
+    for ahead in (False, True):
+        m = model(schedules_ahead=ahead)
+        res = simulate(m, np.full(600, 200), out, concurrency=8)
+        ttft[ahead] = float(np.nanmean(load_stats(res).ttft_ms))
+        alone = simulate(m, [1000], [50], concurrency=1)
+        assert alone.ttft_ms[0] == pytest.approx(m.prefill_ms(1000))
+    step_ms = model().decode_ms(8, 500)
+    assert ttft[True] - ttft[False] == pytest.approx(step_ms, rel=0.25)
+
+
 @pytest.mark.parametrize("context", [2_000, 20_000])
 def test_window_capacity_is_the_same_whichever_way_vllm_reports_the_kv_cache(context):
     """One pool of blocks (gpt-oss's layout: a full and a 128-token window group) reported
