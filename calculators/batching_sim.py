@@ -553,7 +553,15 @@ class _StepLoop:
         kv0 = self.sum_ctx_base + d * self.tick
         every = self.recv_every
         times, self.t = _decode_block(
-            line, self.t, kv0, d, k, limit, every, self.since_recv, self.ahead
+            line,
+            self.t,
+            kv0,
+            d,
+            k,
+            limit,
+            every=every,
+            since_recv=self.since_recv,
+            ahead=self.ahead,
         )
         k = len(times)
         self.seen_t = self.t - float(times[-1])
@@ -735,6 +743,7 @@ def _decode_block(
     d: int,
     k: int,
     limit: float | None,
+    *,
     every: int = 1,
     since_recv: int = 0,
     ahead: bool = False,
