@@ -915,12 +915,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         )
     notes.extend(_layout_notes(dep, gpu.interconnect, shape))
     hides_host_step = efficiency is None and _hides_host_step(dep)
-    if hides_host_step:
-        notes.append(
-            f"vLLM {_vllm_version(dep)} schedules asynchronously (default since 0.14): the host "
-            f"prepares the next step while the GPU runs this one, so its "
-            f"{eff.step_overhead_ms:.2f} ms per step bounds a step instead of adding to it"
-        )
+    notes.extend(_async_notes(dep, eff.step_overhead_ms, hides_host_step))
     eager = dep.enforce_eager or _trtllm_eager(dep, arch, notes)
     prefill_eager = not eager and _prefill_runs_eager(dep)
     if prefill_eager:
@@ -1006,10 +1001,24 @@ def _is_vllm_v1(dep: Deployment) -> bool:
     return dep.engine == "vllm" and vllm_rules(dep.engine_version).v1
 
 
-def _vllm_version(dep: Deployment) -> str:
+def _async_notes(dep: Deployment, step_overhead_ms: float, hides_host_step: bool) -> list[str]:
+    """What vLLM 0.14+'s async scheduling changes in the model, in words."""
+    if not _schedules_ahead(dep):
+        return []
     from .engine_policy import vllm_rules
 
-    return vllm_rules(dep.engine_version).version
+    version = vllm_rules(dep.engine_version).version
+    notes = [
+        f"vLLM {version} schedules asynchronously (default since 0.14): each step's batch is "
+        "fixed when the step before it starts, so under load a new request waits one step "
+        "more for its prefill"
+    ]
+    if hides_host_step:
+        notes.append(
+            f"one GPU: the host prepares the next step while the GPU runs this one, so its "
+            f"{step_overhead_ms:.2f} ms per step bounds a step instead of adding to it"
+        )
+    return notes
 
 
 def _schedules_ahead(dep: Deployment) -> bool:
