@@ -8,9 +8,13 @@ settings its conditions state); an entry that fails is named with the reason and
 of the score.
 
     python -m bench.score_new_data STAGED.toml [STAGED.toml ...]
+    python -m bench.score_new_data STAGED.toml --fill-stated FILLED.toml
 
 Staged files hold ``[[measurement]]`` tables in the data file's format; their ``split``
-is ignored (every entry is scored as held out).
+is ignored (every entry is scored as held out). ``--fill-stated`` first writes the staged
+text to FILLED.toml with each setting an entry's conditions state but the entry lacks put
+in before its ``values`` line (a setting the entry carries with another value is left for
+the check to name), and scores that file.
 """
 
 from __future__ import annotations
@@ -41,6 +45,31 @@ def staged(paths: list[str]) -> list[dict]:
         with open(p, "rb") as fh:
             out += [{**m, "split": "held_out"} for m in tomllib.load(fh).get("measurement", [])]
     return out
+
+
+def fill_stated(text: str) -> tuple[str, int]:
+    """The staged text with every entry's absent stated settings (``missing_settings`` the
+    entry has no value for) written in before its ``values`` line, and how many were added.
+    Works on the text, so the file's comments and layout stay as they were."""
+    entries = {m["id"]: m for m in tomllib.loads(text).get("measurement", [])}
+    out: list[str] = []
+    current, added = None, 0
+    for line in text.split("\n"):
+        if line.startswith("id = "):
+            current = tomllib.loads(line)["id"]
+        if line.startswith("values = ") and current in entries:
+            m = entries[current]
+            for key, value in missing_settings(m).items():
+                if key not in m:
+                    out.append(f"{key} = {_number(key, value)}")
+                    added += 1
+        out.append(line)
+    return "\n".join(out), added
+
+
+def _number(key: str, value: float) -> str:
+    """A stated setting as TOML: the memory fraction a float, token counts integers."""
+    return repr(value) if key == "gpu_memory_utilization" else str(int(value))
 
 
 def problem(m: dict, known_ids: set[str], models: set[str]) -> str | None:
@@ -87,16 +116,38 @@ def score(entries: list[dict]) -> tuple[list[tuple[str, str, int, int, float]], 
     return rows, failed
 
 
+def _filled(files: list[str], out: str) -> list[str]:
+    """Write the one staged file with its stated settings filled in; the path to score."""
+    if len(files) != 1:
+        raise ValueError(f"takes one staged file, got {len(files)}")
+    with open(files[0], encoding="utf-8") as fh:
+        text, added = fill_stated(fh.read())
+    with open(out, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    print(f"wrote {out}: {added} stated settings filled in")
+    return [out]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", help="TOML files of staged [[measurement]] entries")
+    ap.add_argument(
+        "--fill-stated",
+        metavar="FILLED.toml",
+        help="write the staged entries with the settings their conditions state filled in, "
+        "and score that file (one staged file only)",
+    )
     args = ap.parse_args()
     known = {m["id"] for m in load_measurements(DATA)}
     models = {m.hf_id for m in list_models()}
     try:
-        entries = staged(args.files)
+        files = _filled(args.files, args.fill_stated) if args.fill_stated else args.files
+        entries = staged(files)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         print(f"score_new_data: files: not a readable TOML file of [[measurement]] tables ({exc})")
+        return 2
+    except ValueError as exc:
+        print(f"score_new_data: --fill-stated: {exc}")
         return 2
     good = []
     for m in entries:

@@ -55,3 +55,27 @@ def test_a_file_that_is_not_toml_is_refused_by_name(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(sys, "argv", ["score_new_data", str(bad)])
     assert score_new_data.main() == 2
     assert "not a readable TOML file" in capsys.readouterr().out
+
+
+def test_fill_stated_writes_in_what_the_conditions_state(tmp_path, capsys, monkeypatch) -> None:
+    """--fill-stated copies the staged text with each absent stated setting put in before the
+    entry's values line (comments kept), then scores the copy: the entry that failed the
+    stated-settings check now joins the score."""
+    stored = next(m for m in load_measurements(score_new_data.DATA) if m["id"] == SOURCE_ID)
+    unset = {k: v for k, v in stored.items() if k != "gpu_memory_utilization"}
+    path, filled = tmp_path / "staged.toml", tmp_path / "filled.toml"
+    path.write_text("# staged by hand\n" + _toml({**unset, "id": "staged-unset"}))
+    monkeypatch.setattr(sys, "argv", ["score_new_data", str(path), "--fill-stated", str(filled)])
+    assert score_new_data.main() == 0
+    out = capsys.readouterr().out
+    assert "1 stated settings filled in" in out and "left out" not in out
+    text = filled.read_text()
+    assert text.startswith("# staged by hand")
+    entry = load_measurements(filled)[0]
+    assert entry["gpu_memory_utilization"] == stored["gpu_memory_utilization"]
+    assert re.search(r"blind: \d+ of \d+ values within \+-30% \(\d+%\), 1 entries", out)
+    monkeypatch.setattr(
+        sys, "argv", ["score_new_data", str(path), str(path), "--fill-stated", str(filled)]
+    )
+    assert score_new_data.main() == 2
+    assert "takes one staged file" in capsys.readouterr().out
