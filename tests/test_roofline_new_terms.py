@@ -87,3 +87,18 @@ def test_a_hidden_host_step_is_a_floor_not_a_cost():
             a = line.attended_tokens(kv)
             fast = max(line.c0 + line.c1 * a, line.m0 + line.m1 * a, line.floor) + line.fixed
             assert fast == pytest.approx(m.step_ms(0, 8, int(kv)), rel=1e-9)
+
+
+def test_a_calibration_keeps_its_own_step_cost_serial():
+    """A user calibration fits its own step cost on its own runs, so a deployment built with
+    it keeps that cost in every step; the admission lag of vLLM 0.14+ is the engine's and
+    applies either way."""
+    from inferwise.calculators.deployment import Deployment
+
+    dep = Deployment(model="Qwen/Qwen3-8B", gpu="h100-sxm-80gb", engine_version="0.30.0")
+    published = StepModel.from_deployment(dep)
+    calibrated = StepModel.from_deployment(dep, efficiency=published.efficiency)
+    assert published.hides_host_step and not calibrated.hides_host_step
+    assert published.schedules_ahead and calibrated.schedules_ahead
+    step = published.efficiency.step_overhead_ms
+    assert calibrated.step_ms(0, 8, 8000) == pytest.approx(published.step_ms(0, 8, 8000) + step)
