@@ -914,8 +914,9 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
             f"no published {dep.engine} measurements in the calibration set: vLLM's factors used"
         )
     notes.extend(_layout_notes(dep, gpu.interconnect, shape))
-    hides_host_step = efficiency is None and _hides_host_step(dep)
-    notes.extend(_async_notes(dep, eff.step_overhead_ms, hides_host_step))
+    ahead = _schedules_ahead(dep)
+    hides_host_step = ahead and efficiency is None and _hides_host_step(dep)
+    notes.extend(_async_notes(dep, eff.step_overhead_ms, ahead, hides_host_step))
     eager = dep.enforce_eager or _trtllm_eager(dep, arch, notes)
     prefill_eager = not eager and _prefill_runs_eager(dep)
     if prefill_eager:
@@ -946,7 +947,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
         kv_reported_per_max_len=dep.engine == "vllm" and _vllm_reports_per_max_len(dep),
         recv_interval_steps=dep.scheduler_recv_interval or 1,
         hides_host_step=hides_host_step,
-        schedules_ahead=_schedules_ahead(dep),
+        schedules_ahead=ahead,
     )
 
 
@@ -1001,9 +1002,11 @@ def _is_vllm_v1(dep: Deployment) -> bool:
     return dep.engine == "vllm" and vllm_rules(dep.engine_version).v1
 
 
-def _async_notes(dep: Deployment, step_overhead_ms: float, hides_host_step: bool) -> list[str]:
+def _async_notes(
+    dep: Deployment, step_overhead_ms: float, ahead: bool, hides_host_step: bool
+) -> list[str]:
     """What vLLM 0.14+'s async scheduling changes in the model, in words."""
-    if not _schedules_ahead(dep):
+    if not ahead:
         return []
     from .engine_policy import vllm_rules
 
@@ -1028,18 +1031,15 @@ def _schedules_ahead(dep: Deployment) -> bool:
 
 
 def _hides_host_step(dep: Deployment) -> bool:
-    """vLLM 0.14+ on one GPU: async scheduling (on by default) prepares step N+1 on the host
-    while the GPU runs step N. The published step cost was fitted on 0.11 runs, where that
-    work sat between the steps. Held out, one-GPU runs of 0.14+ releases (silybench, kvcached,
+    """Whether a deployment that schedules ahead (:func:`_schedules_ahead`) also hides the
+    host's step work: on one GPU only. Async scheduling prepares step N+1 on the host while
+    the GPU runs step N; the published step cost was fitted on 0.11 runs, where that work
+    sat between the steps. Held out, one-GPU runs of 0.14+ releases (silybench, kvcached,
     a k8s platform; vLLM 0.23-0.31) were measured that much faster, while tensor-parallel ones
     (MiniMax-M2.5 on 8 x H100, Qwen3-30B-A3B on 4 x A100; vLLM 0.20) were not: there the
     fitted step cost also carries the ranks' per-step hand-off and synchronisation, which the
     overlap does not hide. A calibration fits its own step cost and keeps it serial."""
-    from .engine_policy import vllm_rules
-
-    if dep.engine != "vllm" or dep.tensor_parallel_size * dep.pipeline_parallel_size > 1:
-        return False
-    return vllm_rules(dep.engine_version).async_scheduling
+    return dep.world_size == 1
 
 
 def _prefill_runs_eager(dep: Deployment) -> bool:
