@@ -144,6 +144,35 @@ def test_a_gpus_compute_scale_scales_every_tensor_core_rate_of_its_vendor():
         assert mi325x.step_overhead_ms == mi300x.step_overhead_ms
 
 
+def test_nvidia_gpus_carry_their_measured_gemm_share_against_the_gpu_they_were_fitted_on():
+    """A GPU whose plain GEMMs sustain another share of its datasheet peak than the H100 SXM
+    (A100 PCIe: than the A100 SXM) runs every tensor-core rate at that ratio; the GeForce cards,
+    measured at their full FP32-accumulate rating, come out faster than the H100's share."""
+    import tomllib
+
+    from inferwise.calculators.calibration import EFFICIENCY_FILE, load_efficiency
+    from inferwise.calculators.catalog import get_gpu
+
+    tables = tomllib.loads(EFFICIENCY_FILE.read_text())["gpu"]
+    scaled = {
+        g: t["compute_scale"]
+        for g, t in tables.items()
+        if g.startswith(("rtx", "l4", "t4", "b2", "h1", "a1")) and "compute_scale" in t
+    }
+    assert {"rtx-4090", "l40s", "l4", "t4", "b200", "h100-pcie-80gb"} <= set(scaled)
+    for gpu_id, scale in scaled.items():
+        fitted_on = "a100-sxm-80gb" if gpu_id.startswith("a100") else "h100-sxm-80gb"
+        for engine in ("vllm", "sglang", "trtllm"):
+            base = load_efficiency(get_gpu(fitted_on), engine)
+            eff = load_efficiency(get_gpu(gpu_id), engine)
+            assert eff.compute_fraction == pytest.approx(base.compute_fraction * scale), gpu_id
+            assert eff.moe_fraction == pytest.approx(base.moe_fraction * scale), gpu_id
+            assert eff.bandwidth_fraction == base.bandwidth_fraction
+            assert eff.compute_fraction < 1.0
+    assert scaled["rtx-4090"] > 1.0 and scaled["rtx-3090"] > 1.0
+    assert scaled["l4"] < scaled["l40s"] < 1.0
+
+
 def test_every_held_out_row_builds_its_deployment(measurements):
     """The held-out rows are only simulated by the bench; a row whose deployment the model
     cannot even build (a typo in a model id, a run that does not fit) must fail here."""
