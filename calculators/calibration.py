@@ -225,6 +225,12 @@ def _apply_compute_scale(merged: dict[str, Any]) -> None:
             merged[key] = float(merged[key]) * scale
 
 
+def gpu_compute_scale(gpu_id: str) -> float:
+    """The ``compute_scale`` a GPU's own table carries (1.0 where none): its measured GEMM share
+    of the datasheet peak against the GPUs its vendor's factors were fitted on."""
+    return float(_table().get("gpu", {}).get(gpu_id, {}).get("compute_scale", 1.0))
+
+
 def _apply_generation(
     merged: dict[str, Any], used: list[str], name: str, table: dict[str, Any] | None
 ) -> None:

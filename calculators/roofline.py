@@ -914,6 +914,8 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
             f"no published {dep.engine} measurements in the calibration set: vLLM's factors used"
         )
     notes.extend(_layout_notes(dep, gpu.interconnect, shape))
+    if efficiency is None:
+        notes.extend(_compute_scale_notes(gpu.id))
     ahead = _schedules_ahead(dep)
     hides_host_step = ahead and efficiency is None and _hides_host_step(dep)
     notes.extend(_async_notes(dep, eff.step_overhead_ms, ahead, hides_host_step))
@@ -994,6 +996,20 @@ def _layout_notes(dep: Deployment, interconnect: str, shape: ModelShape) -> list
 
 V0_WATERMARK = 0.01
 """vLLM V0's BlockSpaceManager default: admit while this share of the GPU blocks stays free."""
+
+
+def _compute_scale_notes(gpu_id: str) -> list[str]:
+    """The GPU's measured GEMM share against the fitted GPUs' (data/efficiency.toml), in words."""
+    from .calibration import gpu_compute_scale
+
+    scale = gpu_compute_scale(gpu_id)
+    if scale == 1.0:
+        return []
+    return [
+        f"{gpu_id} sustains {scale:.2f}x the share of its datasheet tensor-core peak that the GPUs "
+        "the factors were fitted on do (measured plain-GEMM rates, data/efficiency.toml "
+        f"[gpu.{gpu_id}]): every compute rate is scaled by it"
+    ]
 
 
 def _is_vllm_v1(dep: Deployment) -> bool:
