@@ -22,6 +22,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from inferwise.calculators.calibration import (
     fit_efficiency,
     load_efficiency,
     load_measurements,
+    measurement_deployment,
     measurement_generation,
     model_class,
     simulate_measurement,
@@ -71,7 +73,19 @@ def group_of(m: dict) -> str:
         return "engine." + m["engine"]
     if get_gpu(m["gpu"]).vendor == "amd":  # SGLang on ROCm: its own layer (--fit-layers)
         return "vendor.amd.engine.sglang" if m.get("engine") == "sglang" else "vendor.amd"
+    if runs_async_on_one_gpu(m):  # vLLM 0.14+ on one GPU: its own layer (--fit-layers)
+        return "engine.vllm.one_gpu_async"
     return "engine.sglang" if m.get("engine") == "sglang" else "default"
+
+
+def runs_async_on_one_gpu(m: dict) -> bool:
+    """Whether `inferwise predict` gives this run [engine.vllm.one_gpu_async]'s factors."""
+    from inferwise.calculators.roofline import StepModel
+
+    dep = measurement_deployment(m)
+    if dep.engine != "vllm" or dep.world_size != 1:
+        return False
+    return any("[engine.vllm.one_gpu_async]" in n for n in StepModel.from_deployment(dep).notes)
 
 
 def entry_efficiency(m: dict, factor_table: dict):
@@ -81,17 +95,13 @@ def entry_efficiency(m: dict, factor_table: dict):
 
 
 def table(
-    measurements: list[dict],
-    factors: dict[str, object] | None = None,
-    factor_table: dict | None = None,
+    measurements: list[dict], factors: dict[str, object] | None = None
 ) -> dict[str, list[float]]:
     """Print one row per value; return relative errors by metric class."""
     errors: dict[str, list[float]] = {}
     print(f"{'measurement':52} {'metric':20} {'measured':>10} {'predicted':>10} {'error':>7}")
     for m in measurements:
         eff = factors.get(group_of(m)) if factors else None
-        if factor_table is not None:
-            eff = entry_efficiency(m, factor_table)
         try:
             pred = simulate_measurement(m, eff)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - report and go on
@@ -198,16 +208,11 @@ def source_report(rs: list[Residual], flags: list[bool]) -> None:
     )
 
 
-def interval_report(measurements: list[dict], factor_table: dict | None = None) -> None:
+def interval_report(measurements: list[dict]) -> None:
     """The issue's table: calibration vs held-out, with interval coverage (calibration
     rows against the stored table; held-out rows leave their own source out)."""
-    effs = (
-        {m["id"]: entry_efficiency(m, factor_table) for m in measurements}
-        if factor_table is not None
-        else None
-    )
-    cal = residuals([m for m in measurements if m.get("split") == "calibration"], effs)
-    out = residuals([m for m in measurements if m.get("split") != "calibration"], effs)
+    cal = residuals([m for m in measurements if m.get("split") == "calibration"])
+    out = residuals([m for m in measurements if m.get("split") != "calibration"])
     stored = interval_table().get("regime", {})
     out_flags = coverage_flags(out, out)
     split_report(cal + out, [covered(r, stored) for r in cal] + out_flags)
@@ -233,7 +238,8 @@ def fit(
     order = ["default"] + sorted(g for g in groups if g != "default")
     for g in order:
         ms = groups.get(g, [])
-        if not ms or g.endswith(("engine.sglang", ".moe")) or g.startswith("generation."):
+        own_layer = g.endswith(("engine.sglang", ".moe", ".one_gpu_async"))
+        if not ms or own_layer or g.startswith("generation."):
             continue  # layers of their own (--fit-layers)
         gpu = get_gpu(ms[0]["gpu"])
         start = load_efficiency(gpu, ms[0].get("engine", "vllm"))
@@ -324,6 +330,9 @@ class LayerFit:
     key: str
     applies: Callable[[dict], bool]
     why: str
+    published: bool = False
+    """Score through `inferwise predict`'s own path (the candidate table installed as the stored
+    one): for a layer that predict applies by deployment, not by GPU and engine alone."""
 
 
 LAYER_FITS = (
@@ -385,6 +394,13 @@ LAYER_FITS = (
         "the fused Triton kernel whose rate vLLM's and SGLang's runs fitted",
     ),
     LayerFit(
+        (("engine.vllm", "one_gpu_async"),),
+        "per_layer_overhead_us",
+        runs_async_on_one_gpu,
+        "vLLM 0.14+ on one GPU replays full decode graphs while the host prepares the next step",
+        published=True,
+    ),
+    LayerFit(
         (("generation", "mla-moe-early-2025"),),
         "kernel_fraction",
         lambda m: measurement_generation(m) == "mla-moe-early-2025",
@@ -407,13 +423,33 @@ def with_value(base: dict, tables: tuple[tuple[str, str], ...], key: str, value:
     return out
 
 
-def table_loss(ms: list[dict], factor_table: dict) -> float:
-    """The shared fit's loss for the measurements under a factor table."""
+def table_loss(ms: list[dict], factor_table: dict, published: bool = False) -> float:
+    """The shared fit's loss for the measurements under a factor table (`published`: scored as
+    `inferwise predict` would with that table stored, see LayerFit.published)."""
     from inferwise.calculators.calibration import capped_mean_square, log_errors
 
+    if published:
+        with stored_table(factor_table):
+            return capped_mean_square(log_errors(ms, None))
     return capped_mean_square(
         [e for m in ms for e in log_errors([m], entry_efficiency(m, factor_table))]
     )
+
+
+@contextmanager
+def stored_table(factor_table: dict):
+    """Let every reader of data/efficiency.toml see `factor_table` for a while."""
+    from inferwise.calculators import calibration
+    from inferwise.calculators.roofline import _cached_step_model
+
+    stored = calibration._table
+    calibration._table = lambda: factor_table  # type: ignore[assignment]
+    _cached_step_model.cache_clear()
+    try:
+        yield
+    finally:
+        calibration._table = stored
+        _cached_step_model.cache_clear()
 
 
 def fit_layer(lf: LayerFit, ms: list[dict], base: dict) -> tuple[float, float]:
@@ -425,7 +461,7 @@ def fit_layer(lf: LayerFit, ms: list[dict], base: dict) -> tuple[float, float]:
 
     lo, hi = _BOUNDS[lf.key]
     res = minimize_scalar(
-        lambda x: table_loss(ms, with_value(base, lf.tables, lf.key, math.exp(x))),
+        lambda x: table_loss(ms, with_value(base, lf.tables, lf.key, math.exp(x)), lf.published),
         bounds=(math.log(lo), math.log(hi)),
         method="bounded",
         options={"xatol": 0.01},
@@ -441,7 +477,7 @@ def fit_layers(calibration: list[dict], without: tuple[str, ...] = ()) -> dict:
         if lf.key in without:
             continue
         ms = [m for m in calibration if lf.applies(m)]
-        before = math.sqrt(table_loss(ms, fitted))
+        before = math.sqrt(table_loss(ms, fitted, lf.published))
         t0 = time.perf_counter()
         value, rms = fit_layer(lf, ms, fitted)
         fitted = with_value(fitted, lf.tables, lf.key, value)
@@ -499,15 +535,17 @@ def main() -> int:
     added = {k: float(v) for k, _, v in (f.partition("=") for f in args.add)}
     factors = fit(calibration, args.new_terms, fixed, added) if args.fit else None
     layered = fit_layers(calibration, tuple(args.without)) if args.fit_layers else None
-    print(f"\n== calibration part ({len(calibration)} entries)")
-    e_cal = table(calibration, factors, layered)
-    print(f"\n== held-back part ({len(holdout)} entries, never used for fitting)")
-    e_hold = table(holdout, factors, layered)
-    summary("calibration", e_cal)
-    summary("held back", e_hold)
-    both = {k: e_cal.get(k, []) + e_hold.get(k, []) for k in set(e_cal) | set(e_hold)}
-    summary("all", both)
-    interval_report(ms, layered)
+    # layer fits are reported as `inferwise predict` would answer with them stored
+    with stored_table(layered) if layered is not None else nullcontext():
+        print(f"\n== calibration part ({len(calibration)} entries)")
+        e_cal = table(calibration, factors)
+        print(f"\n== held-back part ({len(holdout)} entries, never used for fitting)")
+        e_hold = table(holdout, factors)
+        summary("calibration", e_cal)
+        summary("held back", e_hold)
+        both = {k: e_cal.get(k, []) + e_hold.get(k, []) for k in set(e_cal) | set(e_hold)}
+        summary("all", both)
+        interval_report(ms)
     return 0
 
 

@@ -919,6 +919,8 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
     ahead = _schedules_ahead(dep)
     hides_host_step = ahead and efficiency is None and _hides_host_step(dep)
     notes.extend(_async_notes(dep, eff.step_overhead_ms, ahead, hides_host_step))
+    if hides_host_step and not dep.enforce_eager and _has_current_kernels(gpu):
+        eff = _with_one_gpu_async(eff, notes)
     eager = dep.enforce_eager or _trtllm_eager(dep, arch, notes)
     prefill_eager = not eager and _prefill_runs_eager(dep)
     if prefill_eager:
@@ -1038,6 +1040,38 @@ def _async_notes(
             f"{step_overhead_ms:.2f} ms per step bounds a step instead of adding to it"
         )
     return notes
+
+
+def _has_current_kernels(gpu: Any) -> bool:
+    """An NVIDIA GPU of the Ampere generation or newer (BF16 tensor cores): vLLM's FlashAttention
+    backends and the Triton kernels torch.compile generates target these; on V100 and T4 vLLM
+    falls back to Triton attention, which Triton 3.3+ no longer supports there (vllm PR 36439:
+    "either hangs or runs extremely slowly")."""
+    return gpu.vendor == "nvidia" and "bf16" in gpu.dense_tflops
+
+
+def _with_one_gpu_async(eff: Efficiency, notes: list[str]) -> Efficiency:
+    """[engine.vllm.one_gpu_async]'s decode factors in place of the 0.11-era ones, said in the
+    notes: on one GPU a 0.14+ decode step replays one full CUDA graph while the host prepares
+    the next step, so what is left is the weights' read and the kernels' own floor."""
+    from .calibration import one_gpu_async_factors
+
+    table = one_gpu_async_factors()
+    own = {
+        k: float(table[k]) for k in ("bandwidth_fraction", "per_layer_overhead_us") if k in table
+    }
+    if not own:
+        return eff
+    notes.append(
+        "one GPU with vLLM 0.14+: a decode step replays one full CUDA graph while the host "
+        f"prepares the next, so it reads the weights at {own.get('bandwidth_fraction', eff.bandwidth_fraction):.2f} "
+        "of the rated bandwidth (a measured copy rate) and pays "
+        f"{own.get('per_layer_overhead_us', eff.per_layer_overhead_us):.0f} us per layer for its "
+        "small kernels (fitted on vLLM 0.30 runs; data/efficiency.toml "
+        "[engine.vllm.one_gpu_async]), not the 0.11-era factors"
+    )
+    source = f"{eff.source}; [engine.vllm.one_gpu_async] {table.get('source', '')}"
+    return replace(eff, **own, source=source)
 
 
 def _schedules_ahead(dep: Deployment) -> bool:

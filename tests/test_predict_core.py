@@ -36,9 +36,11 @@ def test_light_load_ttft_is_the_prefill_and_itl_the_decode_step():
 def test_async_scheduling_hides_the_host_step_on_one_gpu():
     """vLLM 0.14+ prepares the next step on the host while the GPU runs this one, so on one GPU
     the host's step cost bounds a decode step instead of adding to it; the 0.11 release and a
-    tensor-parallel deployment keep it serial. The notes say which applies."""
+    tensor-parallel deployment keep it serial. The notes say which applies. (A T4 keeps the
+    other factors of 0.11 on one GPU, so the step cost is the only difference there.)"""
     q8 = {"model": "Qwen/Qwen3-8B", "input_tokens": 1000, "output_tokens": 100, "concurrency": 1}
-    new, old = run(**q8), run(**q8, engine_version="0.11.0")
+    t4 = {**q8, "model": "Qwen/Qwen2.5-0.5B-Instruct", "gpu": "t4"}
+    new, old = run(**t4), run(**t4, engine_version="0.11.0")
     step_ms = new.factors["step_overhead_ms"]
     assert new.step.decode_step_ms == pytest.approx(old.step.decode_step_ms - step_ms, rel=1e-6)
     assert any("bounds a step" in n for n in new.assumptions)
@@ -48,6 +50,29 @@ def test_async_scheduling_hides_the_host_step_on_one_gpu():
     assert not any("bounds a step" in n for n in tp2.assumptions)
     tp2_old = run(**q8, tensor_parallel_size=2, engine_version="0.11.0")
     assert tp2.step.decode_step_ms == pytest.approx(tp2_old.step.decode_step_ms, rel=1e-6)
+
+
+def test_one_gpu_async_releases_decode_with_their_own_factors():
+    """vLLM 0.14+ on one Ampere-or-newer GPU reads the weights at the measured copy rate and
+    pays the full-graph per-layer floor of [engine.vllm.one_gpu_async], and says so; 0.11,
+    tensor parallelism, --enforce-eager and a T4 (no BF16 tensor cores) keep [default]'s."""
+    from inferwise.calculators.calibration import one_gpu_async_factors
+
+    own = one_gpu_async_factors()
+    q8 = {"model": "Qwen/Qwen3-8B", "input_tokens": 1000, "output_tokens": 100, "concurrency": 1}
+    new, old = run(**q8), run(**q8, engine_version="0.11.0")
+    assert new.factors["bandwidth_fraction"] == own["bandwidth_fraction"]
+    assert new.factors["per_layer_overhead_us"] == own["per_layer_overhead_us"]
+    assert any("[engine.vllm.one_gpu_async]" in n for n in new.assumptions)
+    assert new.step.decode_step_ms < 0.8 * old.step.decode_step_ms
+    for kept in (
+        old,
+        run(**q8, tensor_parallel_size=2),
+        run(**q8, enforce_eager=True),
+        run(**{**q8, "model": "Qwen/Qwen2.5-0.5B-Instruct"}, gpu="t4"),
+    ):
+        assert kept.factors["per_layer_overhead_us"] != own["per_layer_overhead_us"]
+        assert not any("[engine.vllm.one_gpu_async]" in n for n in kept.assumptions)
 
 
 def test_a_gpu_measured_above_the_fitted_gemm_share_computes_faster_and_says_so():
