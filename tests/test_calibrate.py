@@ -403,10 +403,11 @@ def test_recommend_uses_the_calibration_on_its_gpu_only(db, capsys) -> None:
     key = lambda c: (c["tensor_parallel_size"], c["quantization"], c["kv_cache_dtype"])  # noqa: E731
     pub_by = {key(c): c for c in pub["candidates"]}
     same = [(c, pub_by[key(c)]) for c in cal["candidates"] if key(c) in pub_by]
-    assert same
+    assert any(c["tensor_parallel_size"] == 1 for c, _ in same)
     for c, p in same:
-        # the fixture decodes about 15 % slower than the published H100 factors predict
-        assert c["predicted"]["itl_ms"]["p50"] > 1.1 * p["predicted"]["itl_ms"]["p50"]
+        if c["tensor_parallel_size"] == 1:  # the parallelism the fixture measured
+            # its truth decodes over twice as slow as the published one-GPU H100 factors say
+            assert c["predicted"]["itl_ms"]["p50"] > 1.5 * p["predicted"]["itl_ms"]["p50"]
     mixed = _json(capsys, [*args, "--gpus", "h100,l40s", "--calibration", "h100"])
     for c in mixed["candidates"]:
         assert c["calibration"] == ("h100" if c["gpu"] == "h100-sxm-80gb" else None), c["gpu"]

@@ -372,8 +372,9 @@ def test_draft_model_must_share_the_vocabulary() -> None:
 
 
 def test_weak_acceptance_at_high_concurrency_is_off() -> None:
-    """n-gram at a 20 % per-token rate on a busy 8B engine: worth a little alone, nothing at
-    256 sequences, and the per-load table says so."""
+    """n-gram at a 25 % per-token rate on a busy 8B engine: worth a little alone, nothing at
+    256 sequences, and the per-load table says so. (At 20 % it breaks even alone since the
+    one-GPU decode step of vLLM 0.14+ is shorter: the speculative step's fixed costs weigh more.)"""
     res = predict_performance(
         PredictRequest(
             **L8,
@@ -381,7 +382,7 @@ def test_weak_acceptance_at_high_concurrency_is_off() -> None:
             input_tokens=128,
             output_tokens=128,
             speculative_method="ngram",
-            spec_acceptance_rate=0.2,
+            spec_acceptance_rate=0.25,
             num_requests=300,
         )
     )
