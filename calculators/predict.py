@@ -686,7 +686,29 @@ def _sim_warnings(
         )
     if res.rejected:
         warnings.append(f"{res.rejected} requests longer than the whole KV cache were dropped")
+    warnings.extend(_frontend_warning(req, res.output_tokens_per_s))
     return warnings
+
+
+VLLM_API_SERVER_TOKENS_PER_S = 15_000.0
+"""Streamed output tokens a second one vLLM API server process carries before its own CPU
+work (output handling, detokenizing, SSE chunks) sets the pace: 14,791 at 73.7 requests/s in
+the run vllm PR 15137 (2025-03) sped up with a faster detokenizer; 34,079 with gpt-oss-20b on a
+B200 host (vllm PR 27869, 2025-11), which --stream-interval lifted by about half (vLLM blog,
+2026-02). The lower figure is the one to plan with; the model does not simulate the frontend."""
+
+
+def _frontend_warning(req: PredictRequest, output_tokens_per_s: float) -> list[str]:
+    """A vLLM replica whose predicted stream outruns one API server process, in words."""
+    if req.engine != "vllm" or output_tokens_per_s < VLLM_API_SERVER_TOKENS_PER_S:
+        return []
+    return [
+        f"{output_tokens_per_s:,.0f} output tokens/s per replica: one vLLM API server process "
+        f"streams about {VLLM_API_SERVER_TOKENS_PER_S:,.0f}-35,000 tokens/s before its CPU sets "
+        "the pace (vllm PRs 15137 and 27869), which this model does not simulate; serve with "
+        "--api-server-count 2 or more, or --stream-interval 10, or expect lower throughput "
+        "and longer TTFT than predicted"
+    ]
 
 
 def admitted_batch(model: Any, mean_tokens: float) -> int:

@@ -92,6 +92,23 @@ def test_a_gpu_measured_above_the_fitted_gemm_share_computes_faster_and_says_so(
     assert not any("datasheet tensor-core peak" in n for n in h100.assumptions)
 
 
+def test_a_stream_faster_than_one_api_server_is_flagged():
+    """A 0.6B model on an H100 streams more tokens a second than one vLLM API server process
+    carries (about 15k, vllm PR 15137): the warning names the limit and --api-server-count.
+    An 8B model at a modest rate stays far below it."""
+    tiny = run(
+        model="Qwen/Qwen3-0.6B",
+        input_tokens=512,
+        output_tokens=128,
+        request_rate=math.inf,
+        num_requests=500,
+    )
+    assert tiny.output_tokens_per_s > 15_000
+    assert any("--api-server-count" in w for w in tiny.warnings)
+    modest = run(input_tokens=1000, output_tokens=200, request_rate=4)
+    assert not any("API server" in w for w in modest.warnings)
+
+
 def test_percentile_objects_are_ordered():
     r = run(
         input_tokens=1500,
