@@ -1057,21 +1057,21 @@ def _with_one_gpu_async(eff: Efficiency, notes: list[str]) -> Efficiency:
     from .calibration import one_gpu_async_factors
 
     table = one_gpu_async_factors()
-    own = {
-        k: float(table[k]) for k in ("bandwidth_fraction", "per_layer_overhead_us") if k in table
-    }
+    keys = ("bandwidth_fraction", "per_layer_overhead_us")
+    own = {k: float(table[k]) for k in keys if k in table}
     if not own:
         return eff
+    eff = replace(
+        eff, **own, source=f"{eff.source}; [engine.vllm.one_gpu_async] {table.get('source', '')}"
+    )
     notes.append(
         "one GPU with vLLM 0.14+: a decode step replays one full CUDA graph while the host "
-        f"prepares the next, so it reads the weights at {own.get('bandwidth_fraction', eff.bandwidth_fraction):.2f} "
-        "of the rated bandwidth (a measured copy rate) and pays "
-        f"{own.get('per_layer_overhead_us', eff.per_layer_overhead_us):.0f} us per layer for its "
-        "small kernels (fitted on vLLM 0.30 runs; data/efficiency.toml "
+        f"prepares the next, so it reads the weights at {eff.bandwidth_fraction:.2f} of the "
+        f"rated bandwidth (a measured copy rate) and pays {eff.per_layer_overhead_us:.0f} us per "
+        "layer for its small kernels (fitted on vLLM 0.30 runs; data/efficiency.toml "
         "[engine.vllm.one_gpu_async]), not the 0.11-era factors"
     )
-    source = f"{eff.source}; [engine.vllm.one_gpu_async] {table.get('source', '')}"
-    return replace(eff, **own, source=source)
+    return eff
 
 
 def _schedules_ahead(dep: Deployment) -> bool:
