@@ -80,12 +80,9 @@ def group_of(m: dict) -> str:
 
 def runs_async_on_one_gpu(m: dict) -> bool:
     """Whether `inferwise predict` gives this run [engine.vllm.one_gpu_async]'s factors."""
-    from inferwise.calculators.roofline import StepModel
+    from inferwise.calculators import roofline
 
-    dep = measurement_deployment(m)
-    if dep.engine != "vllm" or dep.world_size != 1:
-        return False
-    return any("[engine.vllm.one_gpu_async]" in n for n in StepModel.from_deployment(dep).notes)
+    return roofline.runs_async_on_one_gpu(measurement_deployment(m))
 
 
 def entry_efficiency(m: dict, factor_table: dict):

@@ -919,7 +919,7 @@ def _build_step_model(dep: Deployment, efficiency: Efficiency | None) -> StepMod
     ahead = _schedules_ahead(dep)
     hides_host_step = ahead and efficiency is None and _hides_host_step(dep)
     notes.extend(_async_notes(dep, eff.step_overhead_ms, ahead, hides_host_step))
-    if hides_host_step and not dep.enforce_eager and _has_current_kernels(gpu):
+    if efficiency is None and runs_async_on_one_gpu(dep):
         eff = _with_one_gpu_async(eff, notes)
     eager = dep.enforce_eager or _trtllm_eager(dep, arch, notes)
     prefill_eager = not eager and _prefill_runs_eager(dep)
@@ -1040,6 +1040,18 @@ def _async_notes(
             f"{step_overhead_ms:.2f} ms per step bounds a step instead of adding to it"
         )
     return notes
+
+
+def runs_async_on_one_gpu(dep: Deployment) -> bool:
+    """Whether the published factors give this deployment [engine.vllm.one_gpu_async]'s decode
+    factors: vLLM 0.14+ (async scheduling) on one Ampere-or-newer NVIDIA GPU, CUDA graphs on."""
+    if dep.gpu is None or dep.enforce_eager:
+        return False
+    from .catalog import get_gpu
+
+    return (
+        _schedules_ahead(dep) and _hides_host_step(dep) and _has_current_kernels(get_gpu(dep.gpu))
+    )
 
 
 def _has_current_kernels(gpu: Any) -> bool:
