@@ -52,7 +52,7 @@ def test_async_scheduling_hides_the_host_step_on_one_gpu():
     assert tp2.step.decode_step_ms == pytest.approx(tp2_old.step.decode_step_ms, rel=1e-6)
 
 
-def test_one_gpu_async_releases_decode_with_their_own_factors():
+def test_recent_vllm_releases_decode_on_one_gpu_with_factors_of_their_own():
     """vLLM 0.14+ on one Ampere-or-newer GPU reads the weights at the measured copy rate and
     pays the full-graph per-layer floor of [engine.vllm.one_gpu_async], and says so; 0.11,
     tensor parallelism, --enforce-eager and a T4 (no BF16 tensor cores) keep [default]'s."""
