@@ -231,12 +231,11 @@ def gpu_compute_scale(gpu_id: str) -> float:
     return float(_table().get("gpu", {}).get(gpu_id, {}).get("compute_scale", 1.0))
 
 
-def one_gpu_async_factors(table: dict[str, Any] | None = None) -> dict[str, Any]:
+def one_gpu_async_factors() -> dict[str, Any]:
     """[engine.vllm.one_gpu_async]: the decode factors of vLLM 0.14+ on one Ampere-or-newer
     NVIDIA GPU (async scheduling, full CUDA graphs), which replace [default]'s there (roofline
     applies them to the published factors only; a user calibration fits its own)."""
-    t = table if table is not None else _table()
-    return dict(t.get("engine", {}).get("vllm", {}).get("one_gpu_async", {}))
+    return dict(_table().get("engine", {}).get("vllm", {}).get("one_gpu_async", {}))
 
 
 def _apply_generation(

@@ -365,9 +365,7 @@ def saturation_point(
     t_dec = model.decode_ms(batch, ctx)
     # Marginal prefill cost: the prefill steps minus the fixed per-step overhead they share
     # with decodes; prefix-cache hits (``cached_share`` of the prompt) are not computed.
-    computed_in = max(1.0, mean_in * (1.0 - cached_share))
-    chunks = max(1, math.ceil(computed_in / model.max_num_batched_tokens))
-    t_pf = max(0.0, model.prefill_ms(int(computed_in)) - chunks * model.serial_step_overhead_ms)
+    t_pf = model.marginal_prefill_ms(max(1.0, mean_in * (1.0 - cached_share)))
     per_batch_ms = mean_out * t_dec + batch * t_pf
     rps = batch / (per_batch_ms / 1e3) if per_batch_ms > 0 else math.inf
     return Saturation(

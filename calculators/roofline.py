@@ -682,6 +682,12 @@ class StepModel:
             left -= c
         return total
 
+    def marginal_prefill_ms(self, prompt_tokens: float) -> float:
+        """What a prompt adds to a busy engine's time: its prefill less the per-step host cost
+        of its chunks' steps, which the running decodes' steps pay anyway (mixed steps)."""
+        chunks = max(1, math.ceil(prompt_tokens / self.max_num_batched_tokens))
+        return max(0.0, self.prefill_ms(int(prompt_tokens)) - chunks * self.serial_step_overhead_ms)
+
     def decode_ms(self, batch: int, context_tokens: float) -> float:
         """One decode step of `batch` sequences whose mean context is `context_tokens`."""
         return self.step_ms(0, batch, int(batch * context_tokens))

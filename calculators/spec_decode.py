@@ -32,7 +32,6 @@ measurements in ``data/spec_decode.toml``.
 
 from __future__ import annotations
 
-import math
 import tomllib
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -732,8 +731,7 @@ def _throughput_gain(
 ) -> float:
     """A batch's turnover: out decode steps plus each member's prefill (saturation_point's
     arithmetic), with the per-token decode time replaced by the speculative one."""
-    chunks = max(1, math.ceil(mean_in / target.max_num_batched_tokens))
-    pf = max(0.0, target.prefill_ms(int(mean_in)) - chunks * target.serial_step_overhead_ms)
+    pf = target.marginal_prefill_ms(mean_in)
     plain_total = mean_out * plain_ms + batch * pf
     spec_total = mean_out * spec_ms_per_token + batch * pf
     return plain_total / spec_total if spec_total > 0 else 1.0
