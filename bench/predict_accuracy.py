@@ -340,6 +340,13 @@ LAYER_FITS = (
         "Ampere's tensor cores reach a larger share of their (lower) peak than Hopper's",
     ),
     LayerFit(
+        (("gpu", "rtx-4090"),),
+        "compute_fraction",
+        lambda m: m["gpu"] == "rtx-4090" and m.get("engine", "vllm") == "vllm",
+        "the RTX 4090 prefills at a larger share of its GEMM maximum than the H100 fit gives",
+        published=True,
+    ),
+    LayerFit(
         (("default", ""),),
         "mla_layer_overhead_us",
         lambda m: (
