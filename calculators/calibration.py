@@ -65,6 +65,8 @@ def _merge(into: dict[str, Any], layer: dict[str, Any] | None, label: str, used:
             changed = True
     if changed:
         used.append(label)
+    if label.startswith("gpu.") and "source" in layer:  # a GPU's own fitted rate: still named
+        into["gpu_source"] = f"[{label}] {layer['source']}"  # after an engine layer's source
 
 
 def efficiency_layers(
@@ -132,8 +134,18 @@ def load_efficiency(
         attention_compute_fraction=merged.get("attention_compute_fraction"),
         block_fp8_fraction=float(merged.get("block_fp8_fraction", 1.0)),
         moe_half_width=float(merged.get("moe_half_width", 0.0)),
-        source=f"data/efficiency.toml [{', '.join(used)}]: {merged.get('source', '')}",
+        source=_source_line(merged, used),
     )
+
+
+def _source_line(merged: dict[str, Any], used: list[str]) -> str:
+    """Which tables applied and where their factors come from: the last table's source, and a
+    GPU table's own where a later (engine) table's source replaced it."""
+    line = f"data/efficiency.toml [{', '.join(used)}]: {merged.get('source', '')}"
+    gpu_source = merged.get("gpu_source")
+    if gpu_source and merged.get("source", "") not in gpu_source:
+        line = f"{line}; {gpu_source}"
+    return line
 
 
 # --------------------------------------------------------------------------- kernel generations

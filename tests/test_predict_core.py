@@ -79,8 +79,8 @@ def test_a_gpu_measured_above_the_fitted_gemm_share_computes_faster_and_says_so(
     """An RTX 4090 sustains its full FP32-accumulate rating in plain GEMMs where the H100 the
     factors were fitted on reaches 80 %, and its serving runs reach a larger share of that than
     the H100's (fitted on its own runs): its compute rate is its own share times that ratio,
-    above the H100's share times it, and the assumptions name the ratio. An H100 carries no
-    such note."""
+    above the H100's share times it, and the output names the ratio and the runs the share was
+    fitted on. An H100 carries neither."""
     import tomllib
 
     from inferwise.calculators.calibration import EFFICIENCY_FILE, gpu_compute_scale
@@ -94,6 +94,8 @@ def test_a_gpu_measured_above_the_fitted_gemm_share_computes_faster_and_says_so(
     h100 = run(model="Qwen/Qwen3-8B", input_tokens=8000, output_tokens=64, concurrency=1)
     assert compute_fraction == pytest.approx(own * scale)
     assert compute_fraction > h100.factors["compute_fraction"] * scale
+    assert "[gpu.rtx-4090] compute_fraction fitted on the RTX 4090" in r.factors_source
+    assert "[gpu." not in h100.factors_source
     assert any("1.25x the share of its datasheet" in n for n in r.assumptions)
     assert not any("datasheet tensor-core peak" in n for n in h100.assumptions)
 
