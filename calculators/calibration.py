@@ -65,8 +65,6 @@ def _merge(into: dict[str, Any], layer: dict[str, Any] | None, label: str, used:
             changed = True
     if changed:
         used.append(label)
-    if label.startswith("gpu.") and "source" in layer:  # a GPU's own fitted rate: still named
-        into["gpu_source"] = f"[{label}] {layer['source']}"  # after an engine layer's source
 
 
 def efficiency_layers(
@@ -134,17 +132,20 @@ def load_efficiency(
         attention_compute_fraction=merged.get("attention_compute_fraction"),
         block_fp8_fraction=float(merged.get("block_fp8_fraction", 1.0)),
         moe_half_width=float(merged.get("moe_half_width", 0.0)),
-        source=_source_line(merged, used),
+        source=_source_line(merged, used, gpu.id, table),
     )
 
 
-def _source_line(merged: dict[str, Any], used: list[str]) -> str:
+def _source_line(
+    merged: dict[str, Any], used: list[str], gpu_id: str, table: dict[str, Any] | None
+) -> str:
     """Which tables applied and where their factors come from: the last table's source, and a
     GPU table's own where a later (engine) table's source replaced it."""
     line = f"data/efficiency.toml [{', '.join(used)}]: {merged.get('source', '')}"
-    gpu_source = merged.get("gpu_source")
-    if gpu_source and merged.get("source", "") not in gpu_source:
-        line = f"{line}; {gpu_source}"
+    t = table if table is not None else _table()
+    own = t.get("gpu", {}).get(gpu_id, {}).get("source")
+    if own and own != merged.get("source"):
+        line = f"{line}; [gpu.{gpu_id}] {own}"
     return line
 
 
