@@ -89,15 +89,16 @@ def concretize(text: str, a: Any, url: str | None = None) -> str:
     overrides = dep.hf_overrides if dep is not None and dep.hf_overrides else {}
     inp, out = a.value("derived.input_tokens_p50"), a.value("derived.output_tokens_p50")
     if model:
-        text = text.replace("--model M ", f"--model {model} ")
+        text = text.replace("--model M ", f"--model {shlex.quote(model)} ")
     if gpu:
+        gpu = shlex.quote(gpu)
         text = text.replace("--gpu G ", f"--gpu {gpu} ").replace("--gpu G\n", f"--gpu {gpu}\n")
         if text.endswith("--gpu G"):
             text = text[: -len("G")] + gpu
 
     def fill(m: re.Match[str]) -> str:
         tail = _command_tail(text, m.end())
-        parts = [f"inferwise {m.group(1)}", f"--model {model or 'MODEL'}"]
+        parts = [f"inferwise {m.group(1)}", f"--model {shlex.quote(model) if model else 'MODEL'}"]
         if gpu and "--gpu" not in tail:
             parts.append(f"--gpu {gpu}")
         if tp and tp > 1 and "--tensor-parallel-size" not in tail:
@@ -122,5 +123,5 @@ def concretize(text: str, a: Any, url: str | None = None) -> str:
             text = pattern.sub(lambda m, k=key: m.group(1) + values[k], text)
     text = _NAMED.sub(lambda m: values.get(m.group(1), m.group(1)), text)
     if url:
-        text = _PROBE_URL.sub(lambda m: m.group(1) + url, text)
+        text = _PROBE_URL.sub(lambda m: m.group(1) + shlex.quote(url), text)
     return text

@@ -21,6 +21,7 @@ imported when used.
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -389,9 +390,9 @@ def _sweep_up(a: Analysis) -> str:
     """A concurrency sweep from the run's own load upwards, against the run's own endpoint."""
     cfg = a.run.config if a.run else {}
     c = int(a.value("run.metric.client_concurrency") or 1)
-    parts = ["inferwise probe", str(cfg.get("url") or "http://HOST:PORT")]
+    parts = ["inferwise probe", shlex.quote(str(cfg.get("url") or "http://HOST:PORT"))]
     if cfg.get("model"):
-        parts.append(f"--model {cfg['model']}")
+        parts.append(f"--model {shlex.quote(str(cfg['model']))}")
     parts.append("--sweep " + ",".join(str(min(512, c * f)) for f in (1, 2, 4, 8)))
     for key in ("input_tokens", "output_tokens"):
         if cfg.get(key):

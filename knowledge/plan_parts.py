@@ -6,6 +6,7 @@ what it holds. Stdlib + pydantic at module level.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -130,11 +131,11 @@ def slo_items(wl: Workload) -> list[tuple[str, str, float]]:
 def probe_command(a: Analysis, url: str, label: str, rate: float | None = None) -> str:
     """The `inferwise probe` command that reproduces this workload's load shape."""
     wl = a.workload
-    parts = ["inferwise probe", url]
+    parts = ["inferwise probe", shlex.quote(url)]
     if wl.deployment and wl.deployment.model:
-        parts.append(f"--model {wl.deployment.model}")
+        parts.append(f"--model {shlex.quote(wl.deployment.model)}")
     elif a.run and a.run.config.get("model"):
-        parts.append(f"--model {a.run.config['model']}")
+        parts.append(f"--model {shlex.quote(str(a.run.config['model']))}")
     trace = wl.traffic.trace if wl.traffic else None
     if trace is not None:  # the workload's own trace: its arrivals, lengths and prefixes
         return " ".join([*parts, *_trace_flags(a, trace, rate), *_tail(a, label)])

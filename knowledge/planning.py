@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from inferwise.knowledge.diagnosis import (
     DB_HELP,
@@ -86,6 +86,7 @@ class PlanRequest(BaseModel):
     )
     url: str | None = Field(
         default=None,
+        max_length=2048,
         description="Endpoint base URL to put into the probe commands (default: the placeholder URL).",
     )
     calibration: str | None = Field(
@@ -93,6 +94,21 @@ class PlanRequest(BaseModel):
         max_length=64,
         description="Stored calibration for the predictions (default with run: fitted from the run when it can be).",
     )
+
+    @field_validator("url")
+    @classmethod
+    def _command_url(cls, v: str | None) -> str | None:
+        """The URL is printed into commands a user (or an assistant) copies and runs: an
+        http(s) URL without credentials or shell characters, checked for form only."""
+        from inferwise.calculators.errors import InputError
+        from inferwise.probes.policy import command_url
+
+        try:
+            return None if v is None else command_url(v)
+        except InputError as e:  # pydantic names the field itself
+            raise ValueError(
+                e.message + (f" (accepted: {e.accepted})" if e.accepted else "")
+            ) from None
 
 
 class PlanResult(BaseModel):

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 from inferwise.calculators.errors import InputError
 
@@ -115,18 +115,8 @@ class TargetPolicy:
 
     def check(self, url: str) -> list[str]:
         """Refuse or approve `url`; returns the approved addresses to connect to."""
-        parts = urlsplit(url)
-        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-            raise InputError(
-                "url",
-                f"not an http(s) URL with a host: {url!r}",
-                "http://host:port or https://host/v1",
-            )
-        try:
-            _ = parts.port
-        except ValueError:
-            raise InputError("url", f"bad port in {url!r}") from None
-        host = parts.hostname.lower().rstrip(".")
+        parts = _http_parts(url)
+        host = (parts.hostname or "").lower().rstrip(".")
         if host in METADATA_HOSTS or host.startswith("metadata."):
             raise InputError("url", f"refusing cloud metadata host {host!r}")
         addrs = self._resolve(host)
@@ -208,3 +198,41 @@ def _unmap(addr: IPAddress) -> IPAddress:
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
         return addr.ipv4_mapped
     return addr
+
+
+def _http_parts(url: str, field: str = "url") -> SplitResult:
+    """`url` split, if it is an http(s) URL with a host and a valid port (rule 1)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise InputError(
+            field, f"not an http(s) URL with a host: {url!r}", "http://host:port or https://host/v1"
+        )
+    try:
+        _ = parts.port
+    except ValueError:
+        raise InputError(field, f"bad port in {url!r}") from None
+    return parts
+
+
+def command_url(url: str, field: str = "url") -> str:
+    """`url` as it may be printed into a command a user runs: an http(s) URL with a host and
+    a valid port, without user:password, query or fragment, and with no character a shell
+    would read (whitespace, quotes, ``;``, ``$``, backticks ...). Only the form is checked:
+    nothing connects here, so names are not resolved; the probe that runs the command
+    applies the rest of the policy."""
+    parts = _http_parts(url, field)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port:
+        netloc += f":{parts.port}"
+    out = urlunsplit((parts.scheme.lower(), netloc, parts.path, "", ""))
+    if any(c.isspace() or c in _SHELL_CHARS for c in out):
+        raise InputError(
+            field,
+            f"{url!r} holds a space or shell character",
+            "http://host:port or https://host/v1 (letters, digits and . - _ : / [ ] % in the path)",
+        )
+    return out
+
+
+_SHELL_CHARS = frozenset("'\"`$;&|<>(){}*?!#\\")

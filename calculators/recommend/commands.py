@@ -21,7 +21,7 @@ def serve_command(s: Screened, spec: SearchSpec) -> str:
     if spec.engine == "sglang":
         parts = [
             "python -m sglang.launch_server",
-            f"--model-path {c.model}",
+            f"--model-path {shlex.quote(c.model)}",
             f"--tp {c.tensor_parallel_size}",
             *([f"--pp-size {c.pipeline_parallel_size}"] if c.pipeline_parallel_size > 1 else []),
             *(["--quantization fp8"] if c.quantization_flag == FP8 else []),
@@ -29,13 +29,13 @@ def serve_command(s: Screened, spec: SearchSpec) -> str:
             f"--context-length {s.max_model_len}",
             f"--max-running-requests {s.max_num_seqs}",
             f"--chunked-prefill-size {s.max_num_batched_tokens}",
-            *([f"--revision {c.revision}"] if c.revision else []),
+            *([f"--revision {shlex.quote(c.revision)}"] if c.revision else []),
             *([f"--json-model-override-args {_overrides(c)}"] if c.hf_overrides else []),
         ]
         return " ".join(parts)
     parts = [
-        f"vllm serve {c.model}",
-        *([f"--revision {c.revision}"] if c.revision else []),
+        f"vllm serve {shlex.quote(c.model)}",
+        *([f"--revision {shlex.quote(c.revision)}"] if c.revision else []),
         f"--tensor-parallel-size {c.tensor_parallel_size}",
         *(
             [f"--pipeline-parallel-size {c.pipeline_parallel_size}"]
@@ -53,7 +53,9 @@ def serve_command(s: Screened, spec: SearchSpec) -> str:
     line = " ".join(parts)
     if c.quantization == INT4:
         # the weights must come from an INT4 checkpoint of the model; vLLM reads its config
-        line = line.replace(f"serve {c.model}", f"serve <AWQ/GPTQ INT4 checkpoint of {c.model}>")
+        line = line.replace(
+            f"serve {shlex.quote(c.model)}", f"serve <AWQ/GPTQ INT4 checkpoint of {c.model}>"
+        )
     return line
 
 
@@ -71,7 +73,9 @@ def _trtllm_serve(s: Screened) -> str:
     weights come from a pre-quantized (ModelOpt / AWQ) checkpoint; an FP8 KV cache is a
     kv_cache_config setting in the extra options file."""
     c = s.config
-    model = c.model if not c.revision else f"<local snapshot of {c.model} at {c.revision}>"
+    model = (
+        shlex.quote(c.model) if not c.revision else f"<local snapshot of {c.model} at {c.revision}>"
+    )
     if c.quantization_flag == FP8:
         model = f"<FP8 (ModelOpt) checkpoint of {c.model}>"
     elif c.quantization == INT4:
@@ -98,7 +102,7 @@ def verify_command(s: Screened, spec: SearchSpec, design_rate_per_s: float) -> s
     inp, out = spec.input_tokens, spec.output_tokens
     parts = [
         "inferwise probe http://HOST:8000",
-        f"--model {s.config.model}",
+        f"--model {shlex.quote(s.config.model)}",
         f"--request-rate {design_rate_per_s:.3g}",
         f"--requests {VERIFY_REQUESTS}",
         f"--input-tokens {round(inp.mean)}",
