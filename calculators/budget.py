@@ -787,6 +787,15 @@ def _check_request(req: BudgetRequest) -> None:
             )
     if req.trace is not None and req.agent_steps:
         raise InputError("trace", "a trace replays single requests: give trace or agent_steps")
+    world = req.tensor_parallel_size * req.pipeline_parallel_size
+    if req.num_gpus is not None and req.num_gpus != world:
+        raise InputError(
+            "num_gpus",
+            f"a budget is for one replica of tensor_parallel_size x pipeline_parallel_size = "
+            f"{world} GPU(s), and replicas_needed says how many the rate takes; {req.num_gpus} "
+            "GPUs would be a fleet",
+            f"{world}, or leave it out and give the fleet's rate",
+        )
     if req.request_rate is None and req.concurrency is None and req.trace is None:
         raise InputError(
             "request_rate",

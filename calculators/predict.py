@@ -239,6 +239,10 @@ class PredictResult(BaseModel):
         default=None,
         description="p10-p90 range of each metric from held-out published measurements.",
     )
+    replicas: int = Field(
+        default=1,
+        description="Data-parallel replicas (num_gpus / (tensor x pipeline parallel)); latencies are one replica's, throughputs the fleet's.",
+    )
     calibration: AppliedCalibration | None = Field(
         default=None,
         description="The calibration used (its sources and residual_spread); null: published factors.",
@@ -448,19 +452,94 @@ def predict_performance(
     from .context_window import with_fitting_context
 
     req, context_note = with_fitting_context(req)
-    result = _predict(req, calibration)
+    replica, replicas = one_replica(req)
+    result = _predict(replica, calibration)
+    if replicas > 1:
+        _as_fleet(result, req, replica, replicas)
     if context_note:
         result.assumptions.insert(0, context_note)
     from .intervals import predict_intervals
     from .roofline import StepModel
 
-    experts = StepModel.from_deployment(req).shape.num_experts  # cached: the run's own model
-    result.intervals = predict_intervals(
-        result, req.engine, req.concurrency, req.request_rate, experts
+    experts = StepModel.from_deployment(replica).shape.num_experts  # cached: the run's own model
+    result.intervals = predict_intervals(  # the regime is one replica's load
+        result, req.engine, replica.concurrency, replica.request_rate, experts
     )
     if calibration is not None:
         _apply_calibration(req, result, calibration)
     return result
+
+
+def one_replica(req: PredictRequest) -> tuple[PredictRequest, int]:
+    """The request one data-parallel replica serves, and how many replicas there are.
+
+    GPUs beyond tensor x pipeline parallelism are more replicas of the same engine behind a
+    load balancer (as ``fit`` reads num_gpus), each taking an even share of the load: a
+    closed loop's concurrency (rounded up: the busiest replica), an arrival rate, an offline
+    batch. A trace replay and a P:D split are simulated on one replica only."""
+    world = req.tensor_parallel_size * req.pipeline_parallel_size
+    gpus = req.num_gpus or world
+    if gpus == world:
+        return req, 1
+    if gpus < world:
+        raise InputError(
+            "num_gpus",
+            f"{gpus} GPUs cannot hold tensor_parallel_size x pipeline_parallel_size = {world}",
+            f">= {world}",
+        )
+    if gpus % world:
+        raise InputError(
+            "num_gpus",
+            f"{gpus} GPUs is not a whole number of replicas of {world} GPU(s) "
+            "(tensor_parallel_size x pipeline_parallel_size)",
+            f"a multiple of {world}",
+        )
+    if req.trace is not None or req.disaggregate is not None:
+        raise InputError(
+            "num_gpus",
+            "a trace replay and a P:D split are predicted on one replica",
+            f"{world} (tensor_parallel_size x pipeline_parallel_size), or leave it out",
+        )
+    n = gpus // world
+    share: dict[str, Any] = {"num_gpus": world}
+    if req.concurrency is not None:
+        share["concurrency"] = math.ceil(req.concurrency / n)
+    elif req.request_rate is not None and not math.isinf(req.request_rate):
+        share["request_rate"] = req.request_rate / n
+    if req.num_requests is not None:
+        share["num_requests"] = math.ceil(req.num_requests / n)
+    return req.model_copy(update=share), n
+
+
+def _as_fleet(result: PredictResult, req: PredictRequest, replica: PredictRequest, n: int) -> None:
+    """One replica's prediction restated for `n` of them: the fleet's load and throughputs;
+    latencies stay one replica's (every replica sees the same share)."""
+    result.replicas = n
+    # a closed loop that does not divide evenly: the busiest replica's share was simulated,
+    # and the fleet's in-flight requests are the asked concurrency, not n x that share
+    scale = req.concurrency / replica.concurrency if req.concurrency and replica.concurrency else n
+    result.output_tokens_per_s *= scale
+    result.requests_per_s *= scale
+    result.total_tokens_per_s *= scale
+    if result.load.concurrency is not None and req.concurrency is not None:
+        result.load.concurrency = req.concurrency
+    if result.load.request_rate is not None and req.request_rate is not None:
+        result.load.request_rate = req.request_rate
+    load = (
+        f"concurrency {replica.concurrency}"
+        if replica.concurrency is not None
+        else f"{replica.request_rate:.4g} requests/s"
+        if replica.request_rate is not None and not math.isinf(replica.request_rate)
+        else "its share of the batch"
+    )
+    result.assumptions.insert(
+        0,
+        f"{n} data-parallel replicas of {replica.tensor_parallel_size * replica.pipeline_parallel_size}"
+        f" GPU(s) on the {req.num_gpus} GPUs, the load split evenly by a balancer: each replica "
+        f"is simulated at {load} ({result.load.num_requests} requests); latencies are one "
+        "replica's, throughputs the fleet's (arrivals split at random stay Poisson; a "
+        "round-robin balancer is a little smoother)",
+    )
 
 
 def _apply_calibration(req: PredictRequest, result: PredictResult, calibration: Any) -> None:
