@@ -1379,7 +1379,9 @@ def _vllm_answer(
     ctx = req.context_tokens or max_len
     conc = req.concurrency or 1
     at_ctx = (
-        ep.max_concurrency_at(layout, cap.num_blocks, ctx, mnbt) if fits or cap.num_blocks else 0
+        ep.max_concurrency_at(layout, cap.num_blocks, ctx, mnbt)
+        if ctx <= max_len and (fits or cap.num_blocks)
+        else 0  # a request longer than max_model_len is rejected, however much KV is free
     )
     at_conc = ep.max_len_for(layout, cap.num_blocks, conc, max_len, mnbt)
     if ctx > max_len:
@@ -1500,7 +1502,7 @@ def token_pool_answer(req: FitRequest, tokens: int, max_len: int) -> QuestionAns
         context_tokens=ctx,
         concurrency=c,
         fits=ctx <= max_len and tokens >= ctx * c,
-        max_concurrency_at_context=tokens // ctx,
+        max_concurrency_at_context=tokens // ctx if ctx <= max_len else 0,
         max_context_at_concurrency=min(max_len, tokens // c),
     )
 
@@ -1626,8 +1628,19 @@ def _memory_options(req: FitRequest, arch: ModelArchitecture, scheme: QuantSchem
 
 
 def _context_options(base: FitResult) -> list[_Option]:
-    """A shorter context: the longest that fits the user's concurrency, or one request."""
+    """The context the user's question needs when it is longer than max_model_len; else a
+    shorter one: the longest that fits the user's concurrency, or one request."""
     answer = base.answer
+    if answer is not None and answer.context_tokens > base.max_model_len:
+        longer = answer.context_tokens
+        return [
+            (
+                f"max_model_len {longer:,}",
+                f"--max-model-len {longer}",
+                {"max_model_len": longer},
+                f"admits requests of {longer:,} tokens; each can hold more of the KV cache",
+            )
+        ]
     if answer is not None and not answer.fits and answer.max_context_at_concurrency > 0:
         shorter = answer.max_context_at_concurrency
         update: dict[str, Any] = {"max_model_len": shorter, "context_tokens": shorter}

@@ -92,6 +92,25 @@ def test_vllm_style_flags_and_the_question(capsys):
     assert d["engine_version"] == "0.11.0"
 
 
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_question_longer_than_max_model_len_fits_no_request(capsys, engine):
+    """Requests longer than max_model_len are rejected however much KV cache is free: the
+    answer is zero of them, and the option offered is the context the question needs."""
+    code, out, err = run(
+        capsys,
+        *("--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100"),
+        *("--max-model-len", "8192", "--context-tokens", "16000", "--concurrency", "4"),
+        *("--engine", engine, "--json"),
+    )
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["answer"]["fits"] is False
+    assert d["answer"]["max_concurrency_at_context"] == 0
+    if engine == "vllm":
+        longer = [s for s in d["suggestions"] if s["flags"] == "--max-model-len 16000"]
+        assert longer and longer[0]["fits"] is True
+
 def test_markdown_rendering_shows_the_table_and_figures(capsys):
     code, out, err = run(
         capsys,
