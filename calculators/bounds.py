@@ -16,6 +16,8 @@ MIN_RATE_PER_S = 1e-3
 MAX_RATE_PER_S = 1e6
 MIN_BURSTINESS = 0.01
 MAX_BURSTINESS = 100.0
+MAX_PEAK_TO_MEAN = 100.0
+"""Peak over mean arrival rate that budget, recommend and workload files accept."""
 MAX_SLO_MS = 86_400_000.0
 """One day: the longest latency target that is still a target."""
 MAX_SEED = 2**63 - 1

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .bounds import (
     MAX_BURSTINESS,
+    MAX_PEAK_TO_MEAN,
     MAX_SEED,
     MAX_SLO_MS,
     MIN_BURSTINESS,
@@ -183,7 +184,7 @@ class BudgetRequest(
     peak_to_mean: float = Field(
         default=1.0,
         ge=1,
-        le=100,
+        le=MAX_PEAK_TO_MEAN,
         description="Peak over mean load; the budget is checked at rate x peak_to_mean.",
     )
     burstiness: float = Field(

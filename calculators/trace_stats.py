@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .bounds import MAX_BURSTINESS, MIN_BURSTINESS
+from .bounds import MAX_BURSTINESS, MAX_PEAK_TO_MEAN, MIN_BURSTINESS
 from .traces import Trace, shared_prefix_fraction
 
 DAY_S = 86_400.0
@@ -65,9 +65,14 @@ def trace_stats(trace: Trace) -> TraceStats:
     span = float(t[-1] - t[0]) if len(t) else 0.0
     mean_rate = len(t) / span if span > 0 else float(len(t))
     window = PEAK_WINDOW_S if span >= 2 * PEAK_WINDOW_S else max(span / 10.0, 1e-3)
-    if window != PEAK_WINDOW_S:
+    if window != PEAK_WINDOW_S and span > 0:
         notes.append(f"the trace spans {span:.3g} s: the peak is the busiest {window:.3g} s")
     peak = _busiest(t, window) / window
+    ratio = peak / mean_rate if span > 0 else 1.0
+    if span <= 0:
+        notes.append("every arrival is at one instant: no rate or peak to measure (peak_to_mean 1)")
+    elif ratio > MAX_PEAK_TO_MEAN:
+        notes.append(f"peak over mean {ratio:.3g} held at {MAX_PEAK_TO_MEAN:g}, the most accepted")
     shape, method = _gamma_shape(np.diff(t), notes)
     return TraceStats(
         requests=len(t),
@@ -75,7 +80,7 @@ def trace_stats(trace: Trace) -> TraceStats:
         mean_rate_rps=mean_rate,
         peak_rate_rps=peak,
         peak_window_s=window,
-        peak_to_mean=max(1.0, peak / mean_rate) if mean_rate > 0 else 1.0,
+        peak_to_mean=min(MAX_PEAK_TO_MEAN, max(1.0, ratio)),
         burstiness=shape,
         burstiness_method=method,
         input_tokens=_lengths(trace.input_tokens),

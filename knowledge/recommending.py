@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from inferwise.calculators.bounds import PERCENTILE_KEYS
+from inferwise.calculators.bounds import MAX_PEAK_TO_MEAN, PERCENTILE_KEYS
 from inferwise.calculators.deployment import HfOverrides
 from inferwise.calculators.errors import InputError
 from inferwise.calculators.spec_decode import SpecMethod
@@ -99,7 +99,7 @@ class RecommendRequest(BaseModel):
     request_rate: float | None = Field(
         default=None, description="Mean arrival rate, requests/s (traffic.arrival_rate_rps)."
     )
-    peak_to_mean: float | None = Field(default=None, ge=1, le=100)
+    peak_to_mean: float | None = Field(default=None, ge=1, le=MAX_PEAK_TO_MEAN)
     input_tokens: int | None = Field(
         default=None, ge=1, le=2_000_000, description="Prompt tokens, p50."
     )

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from inferwise.calculators.bounds import MAX_PEAK_TO_MEAN
 from inferwise.calculators.deployment import HfOverrides
 from inferwise.calculators.errors import InputError
 from inferwise.calculators.files import (
@@ -117,7 +118,10 @@ class Traffic(_Strict):
     mode: Literal["online", "offline", "mixed"] | None = None
     arrival_rate_rps: float | None = Field(default=None, ge=0, description="Mean requests/s.")
     peak_to_mean: float | None = Field(
-        default=None, ge=1, description="Peak arrival rate divided by the mean."
+        default=None,
+        ge=1,
+        le=MAX_PEAK_TO_MEAN,
+        description="Peak arrival rate divided by the mean.",
     )
     concurrency: int | None = Field(default=None, ge=0, description="Requests in flight.")
     input_tokens: Percentiles | None = None

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from inferwise.calculators.bounds import MAX_PEAK_TO_MEAN
 from inferwise.calculators.errors import InputError
 from inferwise.calculators.trace_stats import trace_stats
 from inferwise.calculators.traces import TraceWindow, load_trace, shared_prefix_fraction
@@ -160,6 +161,22 @@ def test_a_day_long_trace_gives_its_hourly_profile(tmp_path) -> None:
     assert s.hourly_rate_rps[0] == pytest.approx(0.01, rel=0.6)  # hour 0 also holds the last row
     assert s.hourly_rate_rps[23] == pytest.approx(0.24, rel=0.01)
     assert s.peak_to_mean > 1.5  # the evening minute against the day's mean
+
+
+def test_a_peak_is_only_measured_over_time_and_stays_in_the_accepted_range(tmp_path) -> None:
+    """Arrivals at one instant have no rate: peak_to_mean 1, not 1 / a millisecond window;
+    a day whose busiest minute is far above its mean is held at the most that budget and
+    recommend accept, said in the notes, so a written workload file is always usable."""
+    one = json.dumps({"timestamp": 5.0, "input_tokens": 100, "output_tokens": 9}) + "\n"
+    s = trace_stats(load_trace(_write(tmp_path, "one.jsonl", one)))
+    assert s.peak_to_mean == 1.0 and any("one instant" in n for n in s.notes)
+    spike = [
+        {"timestamp": 30.0 + i * 0.01, "input_tokens": 9, "output_tokens": 1} for i in range(500)
+    ]
+    spike.append({"timestamp": 86_400.0, "input_tokens": 9, "output_tokens": 1})
+    text = "\n".join(json.dumps(r) for r in spike) + "\n"
+    s = trace_stats(load_trace(_write(tmp_path, "spike.jsonl", text)))
+    assert s.peak_to_mean == MAX_PEAK_TO_MEAN and any("held at" in n for n in s.notes)
 
 
 def test_file_size_and_row_count_are_bounded(tmp_path, monkeypatch) -> None:
