@@ -892,8 +892,11 @@ def _decompose(req: BudgetRequest, find_max_rate: bool, calibration: Any) -> Bud
     offered = wl.trace_rate if wl.trace is not None else req.request_rate
     if offered is not None and max_rate:
         replicas = max(1, math.ceil(offered * req.peak_to_mean / max_rate - 1e-9))
+    why = _why(checks, components, key)
     if max_rate == 0.0 or max_conc == 0:
         warnings.append(f"no load meets every target: {NO_LOAD_MEETS}")
+        binding = _service_binding(components, binding_target, binding)
+        why.append(_service_why(components, binding_target))
     saturation = sat.max_requests_per_s / wl.calls_per_task
     if max_rate and max_rate > NEAR_SATURATION * saturation:
         warnings.append(_near_saturation_warning(max_rate, saturation))
@@ -915,7 +918,7 @@ def _decompose(req: BudgetRequest, find_max_rate: bool, calibration: Any) -> Bud
         feasible=all(feasible_by.values()),
         feasible_by_percentile=feasible_by,
         checks=checks,
-        why=_why(checks, components, key),
+        why=why,
         max_rate_under_slo=max_rate,
         max_concurrency_under_slo=max_conc,
         slo_attainment=_attainment(req, m, task_ms),
@@ -1106,6 +1109,26 @@ def _why(checks: list[Check], components: list[Component], key: str) -> list[str
                 f"largest overrun at {key}: {worst.name} {-worst.slack_ms:,.0f} ms over its budget"
             )
     return why
+
+
+def _service_binding(components: list[Component], target: str | None, binding: Stage) -> Stage:
+    """When no load meets the targets, the queue is not the lever (an idle engine has none):
+    the binding stage is the largest one the idle engine still pays inside the target."""
+    if target is None:
+        return binding
+    fixed = [
+        c for c in components if c.name in ENVELOPES[target.split(".")[0]] and c.name != "queue"
+    ]
+    return max(fixed, key=lambda c: c.predicted_ms).name if fixed else binding
+
+
+def _service_why(components: list[Component], target: str | None) -> str:
+    """The idle engine's stages inside the binding target, in words."""
+    names = ENVELOPES[target.split(".")[0]] if target else STAGES
+    fixed = [c for c in components if c.name in names and c.name != "queue" and c.predicted_ms > 0]
+    parts = " + ".join(f"{c.name} {c.predicted_ms:,.0f}" for c in fixed)
+    total = sum(c.predicted_ms for c in fixed)
+    return f"without any queue, {parts} = {total:,.0f} ms at this percentile: no load or replica count meets {target or 'the targets'}"
 
 
 def _load_that_fits(

@@ -109,6 +109,22 @@ def test_an_impossible_target_is_a_result_not_an_error():
     assert r.suggestions
 
 
+def test_a_target_below_the_idle_service_time_binds_a_fixed_stage_not_the_queue():
+    """1 ms TTFT is below network + preprocessing + prefill even with no queue: no rate or
+    replica count helps, so the binding stage is the largest fixed one and the advice is not
+    'add replicas'."""
+    r = run(request_rate=5, slo_ttft_ms={"p95": 1})
+    assert r.max_rate_under_slo == 0.0 and r.feasible is False
+    fixed = {
+        c.name: c.predicted_ms
+        for c in r.components
+        if c.name in ("network", "preprocessing", "prefill")
+    }
+    assert r.binding == max(fixed, key=fixed.get) != "queue"
+    assert not any("replicas" in s for s in r.suggestions)
+    assert any(w.startswith("without any queue") for w in r.why)
+
+
 def test_itl_target_binds_decode():
     r = run(request_rate=1, slo_itl_ms={"p50": 2.0})
     assert not r.feasible and r.binding == "decode"
