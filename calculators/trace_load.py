@@ -61,6 +61,10 @@ class TraceFields(BaseModel):
         for name in clash:
             if getattr(self, name, None) is not None:
                 raise ValueError(f"a trace sets the load and the lengths: give trace or {name}")
+        for name in ("input_tokens", "output_tokens"):  # defaulted: a changed value clashes
+            field = type(self).model_fields.get(name)
+            if field is not None and getattr(self, name) != field.default:
+                raise ValueError(f"a trace sets the load and the lengths: give trace or {name}")
         return self
 
 

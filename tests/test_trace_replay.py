@@ -286,3 +286,20 @@ def test_mcp_predict_and_budget_take_a_trace_and_its_listed_once_options(tmp_pat
     load = pred.structured_content["load"]
     assert load["mode"] == "trace" and load["request_rate"] == pytest.approx(8.0)  # 2x speed
     assert bad.is_error and "row 2: input 1300 + output 8 tokens" in bad.content[0].text
+
+
+@pytest.mark.parametrize("flag", ["input_tokens", "output_tokens", "concurrency", "request_rate"])
+def test_predict_refuses_lengths_or_a_load_next_to_a_trace(flag) -> None:
+    """A trace carries its own arrivals and lengths: a length or load given beside it would be
+    silently ignored, so it is refused naming the field."""
+    from pydantic import ValidationError
+
+    from inferwise.calculators.predict import PredictRequest
+
+    with pytest.raises(ValidationError, match=f"give trace or {flag}"):
+        PredictRequest(
+            model="Qwen/Qwen2.5-7B-Instruct",
+            gpu="h100",
+            trace=str(DATA / "mooncake.jsonl"),
+            **{flag: 7},
+        )
