@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .bounds import MAX_SLO_MS
 from .errors import InputError
 from .files import read_text
 
@@ -176,7 +177,38 @@ def read_bench_file(path: str | Path) -> list[MeasuredPoint]:
     points = reader[tool](data, str(path))
     if not points:
         raise InputError("from_file", f"{path}: the {tool} file holds no completed load level")
+    for p in points:
+        _check_ranges(p)
     return points
+
+
+LATENCY_FIELDS = ("ttft_ms", "ttft_ms_p50", "itl_ms", "tpot_ms", "e2e_ms")
+RATE_FIELDS = ("output_tokens_per_s", "requests_per_s")
+MAX_RATE_PER_S = 1e9
+"""A billion tokens (or requests) a second: far past any one deployment."""
+
+
+def _check_ranges(p: MeasuredPoint) -> None:
+    """Refuse a measurement no benchmark can produce (a negative or day-long mean latency, a
+    negative or absurd rate), naming the file and field: a calibration fitted through it
+    would carry it into every later prediction. Missing values (NaN, null) stay missing."""
+    for name in LATENCY_FIELDS:
+        v = getattr(p, name)
+        if v is not None and not 0 <= v <= MAX_SLO_MS:
+            raise InputError(
+                "from_file", f"{p.source}: {name} = {v:g}", f"0 to {MAX_SLO_MS:,.0f} ms"
+            )
+    for name in RATE_FIELDS:
+        v = getattr(p, name)
+        if v is not None and not 0 <= v <= MAX_RATE_PER_S:
+            raise InputError("from_file", f"{p.source}: {name} = {v:g}", f"0 to {MAX_RATE_PER_S:g}")
+    for name, values in (("ttfts", p.ttfts_ms), ("itls", [g for r in p.itls_ms or [] for g in r])):
+        if values and not 0 <= min(values) <= max(values) <= MAX_SLO_MS:
+            raise InputError(
+                "from_file",
+                f"{p.source}: {name} holds {min(values):g} .. {max(values):g} ms",
+                f"0 to {MAX_SLO_MS:,.0f} ms",
+            )
 
 
 # --------------------------------------------------------------------------- vLLM

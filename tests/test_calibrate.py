@@ -92,6 +92,26 @@ def test_unknown_format_is_refused_by_name(tmp_path) -> None:
     assert exc.value.field == "from_file"
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("mean_itl_ms", 1e12), ("mean_ttft_ms", -5.0), ("output_throughput", -1.0)],
+)
+def test_a_value_no_benchmark_produces_is_refused_naming_the_field(tmp_path, field, value) -> None:
+    """An ITL of 10^12 ms or a negative TTFT would be fitted and stored (calibrate, runs
+    import) and carried into every later prediction: refused, naming the file and field.
+    NaN, the tools' own marker for a value they did not measure, stays a missing value."""
+    raw = json.loads((DATA / "vllm_c4.json").read_text())
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps({**raw, field: value}))
+    with pytest.raises(InputError) as exc:
+        read_bench_file(f)
+    name = {"mean_itl_ms": "itl_ms", "mean_ttft_ms": "ttft_ms"}.get(field, "output_tokens_per_s")
+    assert exc.value.field == "from_file" and f"{name} = " in exc.value.message
+    f.write_text(json.dumps({**raw, "mean_ttft_ms": float("nan")}))
+    (p,) = read_bench_file(f)
+    assert p.ttft_ms is None
+
+
 # --------------------------------------------------------------------------- the fit
 
 
