@@ -59,6 +59,10 @@ MAX_LINE_BYTES = 1 * MiB
 MAX_HASH_IDS = 4096
 """2M tokens of 512-token blocks: longer than any context window."""
 MAX_TOKENS = 10_000_000
+MAX_TIME_VALUE = 1e13
+"""Largest timestamp number read (seconds or ms): epoch milliseconds reach it in the year
+2286, and up to it a double still resolves 2 ms (of ms values: 2 us). Far beyond it, arrival
+gaps vanish in the float and latencies come out as 0."""
 
 
 @dataclass(frozen=True)
@@ -254,8 +258,9 @@ def _time_field(v: Any, line: int, name: str, field_name: str) -> float:
         raise InputError(
             field_name, f"row {line}: {name} = {str(v)[:40]!r} is not a number"
         ) from None
-    if not math.isfinite(x) or x < 0:
-        raise InputError(field_name, f"row {line}: {name} = {v} is negative or not finite", ">= 0")
+    if not math.isfinite(x) or not 0 <= x <= MAX_TIME_VALUE:
+        what = "is negative" if x < 0 else "is out of range"
+        raise InputError(field_name, f"row {line}: {name} = {v} {what}", f"0 to {MAX_TIME_VALUE:g}")
     return x
 
 

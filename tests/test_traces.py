@@ -109,6 +109,14 @@ def _write(tmp_path: Path, name: str, text: str) -> str:
             "row 2: TIMESTAMP = 'yesterday' is not a date-time",
         ),
         ("what.txt", "hello\n", None, "trace_format", "cannot tell the format"),
+        (
+            "far.jsonl",
+            '{"timestamp": 5, "input_tokens": 9, "output_tokens": 1}\n'
+            '{"timestamp": 1e300, "input_tokens": 9, "output_tokens": 1}\n',
+            "jsonl",
+            "trace",
+            "row 2: timestamp = 1e+300 is out of range",
+        ),
     ],
 )
 def test_bad_rows_are_named(tmp_path, name, text, fmt, field, words) -> None:
