@@ -84,6 +84,15 @@ def _unwrap_optional(annotation: Any) -> Any:
     return annotation
 
 
+def _list_value(values: list[str], field: str) -> list[str]:
+    """A list flag's items, comma-separated or repeated; a flag given with nothing in it is
+    refused rather than read as "not given" (``--gpus ""`` would search every GPU)."""
+    out = [p for item in values for p in str(item).split(",") if p.strip()]
+    if not out:
+        raise InputError(field, "given without a value", "one or more values, comma-separated")
+    return out
+
+
 def _kv_pairs(values: list[str], field: str) -> dict[str, str]:
     """KEY=VALUE flags, repeated or comma-separated, or a JSON object as vLLM takes it
     (``--limit-mm-per-prompt '{"image": 0}'``); values stay text for the model to type."""
@@ -172,7 +181,7 @@ def _add_field(parser: argparse.ArgumentParser, name: str, info: Any) -> Callabl
         kwargs["nargs"] = "+"
         kwargs["action"] = "extend"
         # "--sweep 1,2,4" and "--sweep 1 2 4" both work
-        convert = lambda v: [p for item in v for p in str(item).split(",") if p.strip()]  # noqa: E731
+        convert = lambda v, _n=name: _list_value(v, _n)  # noqa: E731
     elif origin is dict:
         kwargs["action"] = "append"
         kwargs["metavar"] = "KEY=VALUE"

@@ -235,6 +235,7 @@ def test_flags_override_the_workload_and_the_workload_fills_the_rest():
     ("args", "field"),
     [
         (["--gpus", "h900"], "--gpus"),
+        (["--gpus", ",,"], "--gpus"),  # not "every GPU": a flag given empty is a slip
         (["--gpu-price", "l40s=-1"], "--gpu-price"),
         (["--budget-usd-per-hour", "0"], "--budget-usd-per-hour"),
         (["--slo-ttft-ms", "p97=500"], "slo_ttft_ms"),
