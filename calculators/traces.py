@@ -169,7 +169,7 @@ def load_trace(
     data, digest = _read_bytes(p, field_name)
     text = data.decode("utf-8", errors="replace")
     first = text.lstrip()[:200]
-    fmt = fmt or _guess_format(first, field_name)
+    fmt = fmt or _guess_format(first)
     if fmt not in FORMATS:
         raise InputError("trace_format", f"unknown format {fmt!r}", ", ".join(FORMATS))
     reader = _CsvRows(text, fmt, field_name) if fmt in ("burstgpt", "azure") else None
@@ -211,7 +211,7 @@ def _read_bytes(p: Path, field_name: str) -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()
 
 
-def _guess_format(first: str, field_name: str) -> str:
+def _guess_format(first: str) -> str:
     if first.startswith("{"):
         return "mooncake" if '"input_length"' in first else "jsonl"
     head = first.splitlines()[0] if first else ""
@@ -221,7 +221,7 @@ def _guess_format(first: str, field_name: str) -> str:
         return "burstgpt"
     raise InputError(  # the line itself is not echoed: over MCP it could be any local file
         "trace_format",
-        f"cannot tell the format of {field_name} from its first line "
+        "cannot tell the format of the trace file from its first line "
         "(a JSON object, or a CSV header with ContextTokens or Request tokens)",
         ", ".join(FORMATS),
     )

@@ -84,6 +84,14 @@ def _unwrap_optional(annotation: Any) -> Any:
     return annotation
 
 
+def _not_nan(value: Any, field: str) -> Any:
+    """A flag's text as given, except "nan": pydantic would read it as a float and answer
+    with a range message ("greater than 0") that hides what was wrong."""
+    if isinstance(value, str) and value.strip().lower().lstrip("+-") == "nan":
+        raise InputError(field, "NaN is not a number", "a number")
+    return value
+
+
 def _list_value(values: list[str], field: str) -> list[str]:
     """A list flag's items, comma-separated or repeated; a flag given with nothing in it is
     refused rather than read as "not given" (``--gpus ""`` would search every GPU)."""
@@ -165,6 +173,8 @@ def _add_field(parser: argparse.ArgumentParser, name: str, info: Any) -> Callabl
         help_text += f" [default: {info.default}]"
     kwargs: dict[str, Any] = {"help": help_text, "dest": name, "default": argparse.SUPPRESS}
     convert: Callable[[Any], Any] = lambda v: v  # noqa: E731
+    if annotation in (float, int):
+        convert = lambda v, _n=name: _not_nan(v, _n)  # noqa: E731
 
     if _is_structured(annotation):
         # Steps of an agentic task and similar nested inputs: JSON text, or @path to a JSON/TOML file.

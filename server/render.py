@@ -11,7 +11,8 @@ from pydantic import BaseModel
 
 
 def fmt(value: Any, digits: int = 1) -> str:
-    """Numbers for tables: fixed decimals, thousands separators, '-' for missing."""
+    """Numbers for tables: fixed decimals, thousands separators, '-' for missing; a value
+    too small for the decimals shows two significant digits instead of 0."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -23,6 +24,8 @@ def fmt(value: Any, digits: int = 1) -> str:
             return "inf" if value > 0 else "-inf"
         if math.isnan(value):
             return "-"
+        if value and abs(value) < 0.5 * 10.0**-digits:  # not zero: say how small
+            return f"{value:.2g}"
         return f"{value:,.{digits}f}"
     return str(value)
 

@@ -586,7 +586,7 @@ def _verdict(feasible: bool, top: list[Candidate], spec: SearchSpec, tally: Reje
         q = {"bf16": "BF16", "fp8": "FP8", "int4": "INT4"}.get(c.quantization, c.quantization)
         return (
             f"{c.replicas + c.spare_replicas} x {c.gpu} TP{c.tensor_parallel_size} {q} "
-            f"({c.total_gpus} GPUs, ${c.usd_per_hour:,.2f}/h) serves {_online_part(spec).peak_rate_per_s:g} req/s "
+            f"({c.total_gpus} GPUs, ${c.usd_per_hour:,.2f}/h) serves {_online_part(spec).peak_rate_per_s:.3g} req/s "
             f"at peak with every target met; ${c.usd_per_successful_request * 1000:,.3f} per 1,000 "
             f"successful requests"
         )
