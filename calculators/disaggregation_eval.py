@@ -170,14 +170,14 @@ def _break_even(scan: list[LoadPoint], load: DesignLoad) -> str:
     """Where along the load scan the split starts to pay, in words."""
     unit = "concurrency" if load.concurrency is not None else "requests/s"
     paying = [p for p in scan if _worth_it(p.itl_p95_gain, p.ttft_p95_ratio)]
-    loads = ", ".join(f"{p.load:g}" for p in scan)
+    loads = ", ".join(f"{p.load:.3g}" for p in scan)
     if not paying:
         return _no_break_even(scan, f"{unit} {loads} per replica")
     first = paying[0]
     if first is scan[0]:
-        return f"disaggregation pays from the lowest load scanned ({unit} {first.load:g} per replica) up"
+        return f"disaggregation pays from the lowest load scanned ({unit} {first.load:.3g} per replica) up"
     return (
-        f"disaggregation starts to pay at about {unit} {first.load:g} per replica; below it "
+        f"disaggregation starts to pay at about {unit} {first.load:.3g} per replica; below it "
         "aggregated chunked prefill is as good"
     )
 
