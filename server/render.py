@@ -24,6 +24,7 @@ def fmt(value: Any, digits: int = 1) -> str:
             return "inf" if value > 0 else "-inf"
         if math.isnan(value):
             return "-"
+        digits = int(digits)  # a template macro hands it over as text
         if value and abs(value) < 0.5 * 10.0**-digits:  # not zero: say how small
             return f"{value:.2g}"
         return f"{value:,.{digits}f}"
