@@ -680,8 +680,22 @@ def _budget_facts(a: Analysis, inp: float, out: float) -> None:
     a.put("budget.max_rate_under_slo", max_rate, "computed")
     if max_rate == 0:
         _idle_misses(a, inp, out)
-    a.put("budget.binding", budget.result.binding, "computed")
+    a.put("budget.binding", _design_load_binding(budget.result), "computed")
     a.put("budget.feasible", budget.result.feasible, "computed")
+
+
+def _design_load_binding(r: Any) -> str:
+    """The stage most over its budget at the design load: the budget's binding stage, except
+    where no load meets a target. There the budget names the fixed stage no replica count
+    helps (that part is weighed by _idle_misses), while this fact stays the design load's
+    overrun, which the rules weigh."""
+    from inferwise.calculators.budget import ENVELOPES
+
+    if r.binding_target is None:
+        return r.binding
+    names = ENVELOPES[r.binding_target.split(".")[0]]
+    over = [c for c in r.components if c.name in names and c.slack_ms < -1e-9]
+    return min(over, key=lambda c: c.slack_ms).name if over else r.binding
 
 
 def _idle_misses(a: Analysis, inp: float, out: float) -> None:
