@@ -109,7 +109,6 @@ def test_validation_errors_name_the_flag() -> None:
     assert "--steps.0.latency_ms" in str(exc.value)
 
 
-
 def test_nan_and_empty_lists_are_named_for_what_they_are() -> None:
     """'nan' for a number is not 'out of range', and a list flag given empty is not 'not
     given' (that would widen a search to everything)."""
@@ -118,6 +117,7 @@ def test_nan_and_empty_lists_are_named_for_what_they_are() -> None:
     with pytest.raises(InputError, match="sweep: given without a value"):
         _parse(["u", "--sweep", ",,"])
     assert _parse(["nan"]).url == "nan"  # text fields keep the word
+
 
 def test_usage_errors_are_one_line(capsys) -> None:
     with pytest.raises(cli.UsageError) as exc:

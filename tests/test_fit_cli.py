@@ -92,7 +92,6 @@ def test_vllm_style_flags_and_the_question(capsys):
     assert d["engine_version"] == "0.11.0"
 
 
-
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_a_question_longer_than_max_model_len_fits_no_request(capsys, engine):
     """Requests longer than max_model_len are rejected however much KV cache is free: the
@@ -110,6 +109,7 @@ def test_a_question_longer_than_max_model_len_fits_no_request(capsys, engine):
     if engine == "vllm":
         longer = [s for s in d["suggestions"] if s["flags"] == "--max-model-len 16000"]
         assert longer and longer[0]["fits"] is True
+
 
 def test_markdown_rendering_shows_the_table_and_figures(capsys):
     code, out, err = run(
