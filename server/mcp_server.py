@@ -27,6 +27,7 @@ import copy
 import functools
 import inspect
 import os
+import re
 import sys
 from typing import Annotated, Any, Literal
 
@@ -103,11 +104,26 @@ class MCPConfig(BaseModel):
     )
 
 
-def _tool_error_text(exc: InputError) -> str:
+def _tool_error_text(exc: InputError, fields: frozenset[str] = frozenset()) -> str:
     text = f"argument {exc.field!r}: {exc.message}"
     if exc.accepted:
         text += f" (accepted: {exc.accepted})"
-    return text
+    return _as_arguments(text, fields)
+
+
+_FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
+
+
+def _as_arguments(text: str, fields: frozenset[str]) -> str:
+    """The calculators word their errors for the CLI (``--slo-e2e-ms p95=15000``); over MCP
+    a flag that is one of the tool's own arguments is named as the argument (``slo_e2e_ms``).
+    Other flags (an engine's ``--split-mode``, a command to run) stay as written."""
+
+    def name(m: re.Match[str]) -> str:
+        arg = m.group(1).replace("-", "_")
+        return arg if arg in fields else m.group(0)
+
+    return _FLAG.sub(name, text)
 
 
 def operator_probe_caps() -> dict[str, float]:
@@ -202,7 +218,7 @@ def make_tool_function(op: Operation, strict_probe_policy: Any = None) -> Any:
                 result = await _run(op, request, ctx, strict_probe_policy)
             text = render(op.template, result)
         except Exception as exc:  # a door never lets an exception through unworded
-            raise _tool_error(exc) from None
+            raise _tool_error(exc, frozenset(_exposed_fields(op))) from None
         return CallToolResult(
             content=[TextContent(type="text", text=text), *extra],
             structured_content=result.model_dump(mode="json"),
@@ -273,19 +289,20 @@ def _may_fetch(request: Any) -> bool:
     )
 
 
-def _tool_error(exc: Exception) -> Exception:
-    """The ToolError a caller sees for `exc`: the field to fix, or the failure in words."""
+def _tool_error(exc: Exception, fields: frozenset[str] = frozenset()) -> Exception:
+    """The ToolError a caller sees for `exc`: the field to fix (named as the tool's argument),
+    or the failure in words."""
     from mcp.server.mcpserver.exceptions import ToolError
 
     if isinstance(exc, InputError):
-        return ToolError(_tool_error_text(exc))
+        return ToolError(_tool_error_text(exc, fields))
     if isinstance(exc, OperationalError):
         return ToolError(str(exc))
     if os.environ.get("INFERWISE_DEBUG"):
         raise exc
     mapped = classify_unexpected(exc)
     if isinstance(mapped, InputError):
-        return ToolError(_tool_error_text(mapped))
+        return ToolError(_tool_error_text(mapped, fields))
     return ToolError(str(mapped))
 
 

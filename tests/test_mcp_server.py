@@ -142,7 +142,14 @@ def test_valid_calls_return_structured_content_matching_the_schema(server, name,
         ("estimate_memory_fit", {**FIT, "gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
         ("estimate_memory_fit", {"model": FIT["model"]}, "gpu"),
         ("predict_performance", {**FIT, "input_tokens": -5, "output_tokens": 10}, "input_tokens"),
-        ("predict_performance", SCOUT, "--hf-overrides model_type=llama4_text"),
+        # calculators word their hints for the CLI; over MCP a flag that is one of the tool's
+        # arguments is named as the argument
+        ("predict_performance", SCOUT, "pass hf_overrides model_type=llama4_text"),
+        (
+            "decompose_latency_budget",
+            {**FIT, "request_rate": 1},
+            "accepted: slo_e2e_ms p95=15000, slo_ttft_ms p95=800",
+        ),
         ("estimate_memory_fit", {**FIT, "hf_overrides": {"num_hidden_layers": 10**9}}, "layers"),
         (
             "plan_experiments",
