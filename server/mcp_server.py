@@ -245,7 +245,7 @@ def _validated(op: Operation, kwargs: dict[str, Any]) -> Any:
             request = model.model_validate({**request.model_dump(), **operator_probe_caps()})
             request = _dataset_in_operator_dir(request)
     except InputError as exc:
-        raise ToolError(str(exc)) from None
+        raise ToolError(_tool_error_text(exc, frozenset(_exposed_fields(op)))) from None
     except ValidationError as exc:
         raise ToolError(validation_message(model, exc, flag_style=False)) from None
     except OperationalError as exc:
