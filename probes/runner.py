@@ -398,8 +398,22 @@ def _check_bounds(req: ProbeRequest) -> tuple[int | None, float | None]:
             f"{req.duration_s:g} s{sweep} exceeds the cap of {req.max_duration_s:g} s per call",
             "raise it with --max-duration-s",
         )
+    _check_sweep(req)  # first: the checks below read the load points
+    for c, _ in _load_points(req):
+        if c is not None and c > req.max_concurrency:
+            raise InputError(
+                "sweep" if req.sweep else "concurrency",
+                f"{c:.6g} exceeds the cap of {req.max_concurrency} streams",
+                "raise it with --max-concurrency",
+            )
     _check_prompt_memory(req)
     _check_cluster(req)
+    return requests, req.duration_s
+
+
+def _check_sweep(req: ProbeRequest) -> None:
+    """Every sweep value is a load: a positive rate (inf: all at once), or a whole number
+    of streams (NaN, inf or 1e300 streams would reach int() or the caps' messages)."""
     for v in req.sweep or []:
         if not (v > 0):
             raise InputError("sweep", f"values must be positive, got {v:g}")
@@ -409,15 +423,9 @@ def _check_bounds(req: ProbeRequest) -> tuple[int | None, float | None]:
             except ValueError as exc:
                 raise InputError("sweep", f"a rate {exc}") from None
         elif not math.isfinite(v) or v != int(v):
-            raise InputError("sweep", f"concurrency must be a whole number, got {v:g}")
-    for c, _ in _load_points(req):
-        if c is not None and c > req.max_concurrency:
             raise InputError(
-                "concurrency",
-                f"{c} exceeds the cap of {req.max_concurrency} streams",
-                "raise it with --max-concurrency",
+                "sweep", f"concurrency must be a whole number, got {v:g}", "1, 2, 4, ..."
             )
-    return requests, req.duration_s
 
 
 def _check_cluster(req: ProbeRequest) -> None:

@@ -187,7 +187,11 @@ def test_all_failed_marks_the_result(tmp_path) -> None:
         ({"requests": 2000}, "requests"),
         ({"concurrency": 600}, "concurrency"),
         ({"duration_s": 3600}, "duration_s"),
-        ({"sweep": [1, 1000]}, "concurrency"),
+        ({"sweep": [1, 1000]}, "sweep"),  # the value to fix is in the sweep
+        ({"sweep": [float("nan")]}, "sweep"),
+        ({"sweep": [float("inf")]}, "sweep"),
+        ({"sweep": [1e300]}, "sweep"),
+        ({"concurrency": 100_000}, "concurrency"),  # the stream cap, not the prompt memory
         ({"url": "http://169.254.169.254"}, "url"),
         ({"url": "http://10.9.9.9:8000"}, "url"),
     ],
