@@ -17,7 +17,10 @@ front.
 Security: fields listed as `mcp_hidden` (the run-store path, the API-key
 variable, target allowlists, cap overrides) are not offered to the model; the
 probe runs in the strict target policy, configured only by whoever starts the
-server (environment variables), never by a tool argument.
+server (environment variables), never by a tool argument, and over MCP a
+`cluster` must be a scheduler's address (`local:N` would start processes here).
+File arguments (traces, workload and benchmark files, local models) must lie in
+one folder, $INFERWISE_MCP_FILES_DIR or the folder the server started in.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ MCP_HIDDEN_FIELDS = frozenset(
         "cluster_tls_ca",
         "cluster_tls_cert",
         "cluster_tls_key",
+        "max_prompt_tokens_in_flight",
     }
 )
 
@@ -189,6 +193,69 @@ def _dataset_in_operator_dir(request: Any) -> Any:
     return request.model_copy(update={"dataset": str(path)})
 
 
+FILES_DIR_ENV = "INFERWISE_MCP_FILES_DIR"
+"""The folder whose files (traces, workload files, benchmark files, local models) tool
+arguments may name; unset, the folder the server was started in (a coding assistant starts it
+in the project). A path elsewhere is refused before it is opened, so a caller learns nothing
+about files outside it, not even whether they exist."""
+
+FILE_ARGUMENTS = ("trace", "workload", "from_file", "model")
+"""Tool arguments that may name a local file or folder."""
+
+
+def _files_root() -> Any:
+    from pathlib import Path
+
+    return Path(os.environ.get(FILES_DIR_ENV) or os.getcwd()).expanduser().resolve()
+
+
+def _local_files_in_root(kwargs: dict[str, Any]) -> None:
+    """Refuse a file argument that names a path outside the files folder."""
+    from pathlib import Path
+
+    root = _files_root()
+    for name in FILE_ARGUMENTS:
+        value = kwargs.get(name)
+        for v in value if isinstance(value, list) else [value]:
+            if not isinstance(v, str) or not _names_a_path(name, v):
+                continue
+            try:
+                inside = Path(v).expanduser().resolve().is_relative_to(root)
+            except (OSError, ValueError, RuntimeError):  # a NUL byte, a symlink loop
+                inside = False
+            if not inside:
+                raise InputError(
+                    name,
+                    "a path outside the folder this server reads files from",
+                    f"a path inside {root} (the server's operator sets {FILES_DIR_ENV})"
+                    + (", or the workload's JSON itself" if name == "workload" else ""),
+                )
+
+
+def _names_a_path(name: str, value: str) -> bool:
+    """Whether an argument's text is a local path: a trace or benchmark file always; a
+    workload unless it is inline JSON; a model when it is written as a path (a Hugging Face
+    id is org/name, which no absolute, home or dot path is)."""
+    text = value.strip()
+    if name == "workload":
+        return not text.startswith(("{", "["))
+    if name == "model":
+        return text.startswith(("/", "~", ".")) or text.lower().endswith(".gguf")
+    return bool(text)
+
+
+def _no_local_cluster(request: Any) -> None:
+    """Over MCP a probe may spread over a Dask scheduler the operator allowlisted, but not
+    over `local:N`, which would start N worker processes on the server's own machine."""
+    cluster = (getattr(request, "cluster", None) or "").strip()
+    if cluster.startswith("local"):
+        raise InputError(
+            "cluster",
+            "local:N starts worker processes on the server's machine, which a tool call may not",
+            "a scheduler address the operator allowlisted, tcp://HOST:PORT or tls://HOST:PORT",
+        )
+
+
 def _exposed_fields(op: Operation) -> dict[str, Any]:
     hidden = MCP_HIDDEN_FIELDS | set(op.extra.get("mcp_hidden", ()))
     if os.environ.get(DATASET_DIR_ENV):
@@ -240,10 +307,12 @@ def _validated(op: Operation, kwargs: dict[str, Any]) -> Any:
 
     model = op.input_model
     try:
+        _local_files_in_root(kwargs)
         request = model.model_validate(kwargs)
         if op.tool_name == "probe_endpoint":
             request = model.model_validate({**request.model_dump(), **operator_probe_caps()})
             request = _dataset_in_operator_dir(request)
+            _no_local_cluster(request)
     except InputError as exc:
         raise ToolError(_tool_error_text(exc, frozenset(_exposed_fields(op)))) from None
     except ValidationError as exc:

@@ -439,3 +439,60 @@ def test_the_tool_listing_stays_cheap_for_an_assistant(server) -> None:
     predict = next(t for t in listing if t["name"] == "predict_performance")
     assert "description" not in predict["inputSchema"]["properties"]["gpu"]
     assert "estimate_memory_fit" in predict["description"]
+
+
+@pytest.mark.parametrize(
+    "name,args,field",
+    [
+        ("diagnose_bottleneck", {"workload": "/etc/hostname"}, "workload"),
+        ("plan_experiments", {"workload": "~/.bashrc"}, "workload"),
+        ("predict_performance", {**FIT, "trace": "/etc/hostname"}, "trace"),
+        ("probe_endpoint", {"url": "http://127.0.0.1:9", "trace": "/nonexistent/x.jsonl"}, "trace"),
+        (
+            "calibrate_deployment",
+            {**FIT, "name": "c1", "from_file": ["../../../etc/passwd"]},
+            "from_file",
+        ),
+        ("estimate_memory_fit", {"model": "/etc", "gpu": "h100"}, "model"),
+    ],
+)
+def test_file_arguments_outside_the_servers_folder_are_refused_unopened(
+    server, tmp_path, monkeypatch, name, args, field
+) -> None:
+    """A caller may name files only inside the folder the operator allows (or the server's
+    start folder): /etc/hostname is refused with the same words whether or not it exists, so
+    no file outside is opened or probed for existence."""
+    monkeypatch.setenv("INFERWISE_MCP_FILES_DIR", str(tmp_path))
+    _, result = run(_call(server, name, args))
+    assert result.is_error
+    text = result.content[0].text
+    assert f"argument '{field}'" in text and "outside the folder this server reads" in text
+
+
+def test_file_arguments_inside_the_folder_and_inline_workloads_still_work(
+    server, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("INFERWISE_MCP_FILES_DIR", str(tmp_path))
+    wl = tmp_path / "w.json"
+    wl.write_text(json.dumps({"name": "x", "deployment": {"model": FIT["model"]}}))
+    for args in ({"workload": str(wl)}, {"workload": wl.read_text()}):
+        _, result = run(_call(server, "plan_experiments", args))
+        assert not result.is_error, result.content[0].text
+
+
+def test_no_local_cluster_and_no_prompt_memory_cap_from_a_tool_call(server) -> None:
+    """A local Dask cluster would start processes on the server, and the prompt-memory cap is
+    the operator's (INFERWISE_MCP_MAX_PROMPT_TOKENS_IN_FLIGHT), like the other caps."""
+    from mcp.client import Client
+
+    async def go():
+        async with Client(server) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            local = await client.call_tool(
+                "probe_endpoint", {"url": "http://127.0.0.1:9", "cluster": "local:8"}
+            )
+            return tools, local
+
+    tools, local = run(go())
+    assert "max_prompt_tokens_in_flight" not in tools["probe_endpoint"].input_schema["properties"]
+    assert local.is_error and "argument 'cluster'" in local.content[0].text
