@@ -20,7 +20,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from inferwise.calculators.bounds import MAX_PEAK_TO_MEAN
 from inferwise.calculators.deployment import HfOverrides
@@ -70,6 +70,25 @@ class Percentiles(_Strict):
             return self.mean
         t = self.tail()
         return t[1] if t else None
+
+
+class Measured(Percentiles):
+    """A measured distribution (lengths, observed latencies): its percentiles cannot decrease.
+    Targets keep plain Percentiles: a p50 target above the p95 one is redundant, not wrong."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Measured:
+        seq = [
+            (k, v)
+            for k in ("p50", "p90", "p95", "p99", "max")
+            if (v := getattr(self, k)) is not None
+        ]
+        for (a, x), (b, y) in zip(seq, seq[1:], strict=False):
+            if y < x:
+                raise ValueError(
+                    f"{b} {y:g} is below {a} {x:g}; a distribution's percentiles cannot decrease"
+                )
+        return self
 
 
 class CandidateModel(_Strict):
@@ -124,8 +143,8 @@ class Traffic(_Strict):
         description="Peak arrival rate divided by the mean.",
     )
     concurrency: int | None = Field(default=None, ge=0, description="Requests in flight.")
-    input_tokens: Percentiles | None = None
-    output_tokens: Percentiles | None = None
+    input_tokens: Measured | None = None
+    output_tokens: Measured | None = None
     shared_prefix_fraction: float | None = Field(
         default=None, ge=0, le=1, description="Share of prompt tokens that are a common prefix."
     )
@@ -206,7 +225,9 @@ class WorkloadDeployment(_Strict):
     enforce_eager: bool | None = Field(
         default=None, description="CUDA graphs disabled (vLLM --enforce-eager)."
     )
-    replicas: int | None = Field(default=None, ge=0)
+    replicas: int | None = Field(
+        default=None, ge=1, description="Serving replicas now (scale-to-zero: min_replicas)."
+    )
     router: Literal[ROUTERS] | None = Field(  # type: ignore[valid-type]
         default=None, description="How requests are spread over replicas."
     )
@@ -223,10 +244,10 @@ class Observations(_Strict):
     rates (concurrency, queue_depth, requests_per_s) are for the whole deployment; the
     reasoning divides by deployment.replicas where it compares with one replica."""
 
-    ttft_ms: Percentiles | None = None
-    itl_ms: Percentiles | None = None
-    tpot_ms: Percentiles | None = None
-    e2e_ms: Percentiles | None = None
+    ttft_ms: Measured | None = None
+    itl_ms: Measured | None = None
+    tpot_ms: Measured | None = None
+    e2e_ms: Measured | None = None
     output_tokens_per_s: float | None = Field(default=None, ge=0)
     requests_per_s: float | None = Field(default=None, ge=0)
     concurrency: float | None = Field(default=None, ge=0, description="Requests in flight.")

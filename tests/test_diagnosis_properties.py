@@ -17,15 +17,29 @@ frac = st.floats(min_value=0, max_value=1, allow_nan=False)
 
 
 def pct() -> st.SearchStrategy[dict]:
+    """Targets: any values (a p50 target above the p95 one is redundant, not invalid)."""
     return st.fixed_dictionaries({}, optional={"p50": ms, "p95": ms, "p99": ms})
+
+
+def measured() -> st.SearchStrategy[dict]:
+    """A measured distribution: percentiles that do not decrease (the workload file's rule)."""
+    return (
+        st.lists(ms, min_size=3, max_size=3)
+        .map(sorted)
+        .flatmap(
+            lambda v: st.fixed_dictionaries(
+                {}, optional={"p50": st.just(v[0]), "p95": st.just(v[1]), "p99": st.just(v[2])}
+            )
+        )
+    )
 
 
 observations = st.fixed_dictionaries(
     {},
     optional={
-        "ttft_ms": pct(),
-        "itl_ms": pct(),
-        "e2e_ms": pct(),
+        "ttft_ms": measured(),
+        "itl_ms": measured(),
+        "e2e_ms": measured(),
         "queue_depth": st.floats(min_value=0, max_value=500),
         "concurrency": st.floats(min_value=0, max_value=512),
         "gpu_util": frac,

@@ -162,3 +162,25 @@ def test_cli_bad_input_in_a_real_process_has_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "workload.deployment.enigne" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("workload", "field"),
+    [
+        ({"traffic": {"input_tokens": {"p50": 5000, "p95": 10}}}, "traffic.input_tokens"),
+        ({"observations": {"ttft_ms": {"p50": 900, "p99": 3}}}, "observations.ttft_ms"),
+        ({"deployment": {"replicas": 0}}, "deployment.replicas"),
+    ],
+)
+def test_a_measured_distribution_cannot_decrease_and_a_deployment_serves(workload, field):
+    """Observed percentiles that fall (p95 below p50) or a deployment of zero replicas cannot
+    describe a running system: refused naming the field, not diagnosed."""
+    with pytest.raises(InputError) as e:
+        load_workload(json.dumps(workload))
+    assert field in str(e.value)
+
+
+def test_targets_may_be_redundant():
+    """A p50 target above the p95 one is implied by it, not contradictory."""
+    wl = load_workload(json.dumps({"slo": {"ttft_ms": {"p50": 900, "p95": 100}}}))
+    assert wl.slo is not None and wl.slo.ttft_ms is not None and wl.slo.ttft_ms.p95 == 100
