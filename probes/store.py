@@ -178,6 +178,23 @@ def _creation_lock(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """A path given to read runs from must already be an SQLite file: opening anything else
+    would leave a lock file beside it before SQLite refused it."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise InputError("db", f"cannot read {path}: {exc.strerror or exc}") from None
+    if head != SQLITE_HEADER:
+        raise InputError(
+            "db", f"{path} is not a run database", "a path written by `inferwise probe --db`"
+        )
+
+
 class RunStore:
     """One SQLite file of runs. Cheap to open; safe to share between threads of one process."""
 
@@ -189,6 +206,8 @@ class RunStore:
             raise InputError(
                 "db", f"no run database at {self.path}", "a path written by `inferwise probe --db`"
             )
+        if not create:
+            _check_sqlite_file(self.path)  # before the lock and journal files appear beside it
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(str(self.path), timeout=10.0, check_same_thread=False)

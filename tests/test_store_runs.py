@@ -162,6 +162,13 @@ def test_missing_or_broken_database_is_an_input_error(tmp_path):
     junk.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(InputError, match="not a usable run database"):
         RunStore(junk)
+    # reading a path that is no SQLite file leaves nothing beside it (no lock file)
+    text = tmp_path / "notes.md"
+    text.write_text("# notes\n")
+    with pytest.raises(InputError, match="is not a run database"):
+        RunStore(text, create=False)
+    assert not (tmp_path / "notes.md.lock").exists()
+    assert (tmp_path / "notes.md").read_text() == "# notes\n"
 
 
 WRITER = textwrap.dedent(
