@@ -188,7 +188,7 @@ def _checked_path(path: str, field_name: str) -> Path:
     p = expand_path(path)
     st = stat_path(p)
     if st is None or not stat.S_ISREG(st.st_mode):
-        raise InputError(field_name, f"no such file: {path}", "a trace file (a regular file)")
+        raise InputError(field_name, f"no regular file at {path}", "a trace file (a regular file)")
     if st.st_size > MAX_TRACE_BYTES:
         raise InputError(
             field_name,

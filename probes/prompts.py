@@ -109,7 +109,7 @@ def load_dataset(path: str) -> list[DatasetRow]:
     p = expand_path(path)
     st = stat_path(p)
     if st is None or not stat.S_ISREG(st.st_mode):
-        raise InputError("dataset", f"no such file: {path}", "a JSONL file (a regular file)")
+        raise InputError("dataset", f"no regular file at {path}", "a JSONL file (a regular file)")
     if st.st_size > MAX_DATASET_BYTES:
         raise InputError(
             "dataset",

@@ -275,6 +275,15 @@ class ProbeRequest(BaseModel):
     def _rate(cls, v: float | None) -> float | None:
         return check_rate(v, allow_inf=True)
 
+    @field_validator("model")
+    @classmethod
+    def _model_named(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():  # leave it out to take the server's first model
+            raise ValueError(
+                "must not be empty or blank; leave it out for the server's first model"
+            )
+        return v
+
     @field_validator("label")
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:

@@ -532,3 +532,10 @@ def test_a_failing_progress_channel_does_not_end_the_run(caplog):
         asyncio.run(report_progress(broken, 3, 10, "3 of 10 requests"))
     assert calls == [3]
     assert "progress report dropped" in caplog.text
+
+
+def test_a_blank_model_is_refused_not_read_as_the_servers_first() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="must not be empty or blank"):
+        ProbeRequest(url="http://127.0.0.1:9", model="  ")

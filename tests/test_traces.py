@@ -198,3 +198,8 @@ def test_file_size_and_row_count_are_bounded(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(traces, "MAX_TRACE_BYTES", 100)
     with pytest.raises(InputError, match="the limit is 0 MiB"):
         load_trace(path)
+
+
+def test_a_device_is_named_as_no_regular_file() -> None:
+    with pytest.raises(InputError, match="no regular file at /dev/zero"):
+        load_trace("/dev/zero")
