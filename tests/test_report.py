@@ -158,6 +158,7 @@ def test_probe_output_points_to_the_report(runs) -> None:
     [
         (["report", "20990101-000000-beef", "-o", "x.html"], "unknown run"),
         (["report", "latest"], "-o FILE.html and/or --png DIR"),
+        (["report", "latest", "-o", ""], "an empty path"),  # not "written: nothing", exit 0
         (["report"], "required"),
     ],
 )

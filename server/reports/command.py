@@ -78,6 +78,9 @@ def run_report(req: ReportRequest) -> ReportResult:
 
     if req.output is None and req.png is None:
         raise InputError("output", "say where to write the report", "-o FILE.html and/or --png DIR")
+    for name in ("output", "png"):  # "" would write nothing and still succeed
+        if getattr(req, name) is not None and not getattr(req, name).strip():
+            raise InputError(name, "an empty path", "-o FILE.html and/or --png DIR")
     html_path = _target(req.output, "output", False) if req.output else None
     png_dir = _target(req.png, "png", True) if req.png else None
     report = build_report(req.run_ids, req.db)
