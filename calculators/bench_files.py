@@ -184,7 +184,7 @@ def read_bench_file(path: str | Path) -> list[MeasuredPoint]:
 
 LATENCY_FIELDS = ("ttft_ms", "ttft_ms_p50", "itl_ms", "tpot_ms", "e2e_ms")
 RATE_FIELDS = ("output_tokens_per_s", "requests_per_s")
-MAX_RATE_PER_S = 1e9
+MAX_MEASURED_RATE_PER_S = 1e9
 """A billion tokens (or requests) a second: far past any one deployment."""
 
 
@@ -200,8 +200,10 @@ def _check_ranges(p: MeasuredPoint) -> None:
             )
     for name in RATE_FIELDS:
         v = getattr(p, name)
-        if v is not None and not 0 <= v <= MAX_RATE_PER_S:
-            raise InputError("from_file", f"{p.source}: {name} = {v:g}", f"0 to {MAX_RATE_PER_S:g}")
+        if v is not None and not 0 <= v <= MAX_MEASURED_RATE_PER_S:
+            raise InputError(
+                "from_file", f"{p.source}: {name} = {v:g}", f"0 to {MAX_MEASURED_RATE_PER_S:g}"
+            )
     for name, values in (("ttfts", p.ttfts_ms), ("itls", [g for r in p.itls_ms or [] for g in r])):
         if values and not 0 <= min(values) <= max(values) <= MAX_SLO_MS:
             raise InputError(

@@ -643,12 +643,18 @@ def _binding(
         worst_stage = max(components, key=lambda c: c.predicted_ms)
         return worst_stage.name, None
     tight = max(at_key, key=lambda c: c.predicted_ms / c.target_ms)
-    envelope = [by[s] for s in ENVELOPES[tight.metric]]
     label = f"{tight.metric}.{tight.percentile}"
-    over = [c for c in envelope if c.slack_ms < -1e-9]
-    if over:
-        return min(over, key=lambda c: c.slack_ms).name, label
-    return max(envelope, key=lambda c: c.predicted_ms).name, label
+    over = overrun_stage(components, label)
+    if over is not None:
+        return over, label
+    return max((by[s] for s in ENVELOPES[tight.metric]), key=lambda c: c.predicted_ms).name, label
+
+
+def overrun_stage(components: list[Component], target: str) -> Stage | None:
+    """The stage most over its budget inside a target's envelope (``ttft_ms.p95``), if any is."""
+    names = ENVELOPES[target.split(".")[0]]
+    over = [c for c in components if c.name in names and c.slack_ms < -1e-9]
+    return min(over, key=lambda c: c.slack_ms).name if over else None
 
 
 _SUGGESTIONS: dict[str, list[str]] = {
@@ -788,7 +794,7 @@ def _check_request(req: BudgetRequest) -> None:
             )
     if req.trace is not None and req.agent_steps:
         raise InputError("trace", "a trace replays single requests: give trace or agent_steps")
-    world = req.tensor_parallel_size * req.pipeline_parallel_size
+    world = req.world_size
     if req.num_gpus is not None and req.num_gpus != world:
         raise InputError(
             "num_gpus",

@@ -200,3 +200,18 @@ class Deployment(BaseModel):
     @property
     def world_size(self) -> int:
         return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    def gpus_named(self) -> int:
+        """GPUs the request names (default: one replica's), at least one replica's; more
+        are data-parallel replicas, which each calculator reads in its own way."""
+        from .errors import InputError
+
+        gpus = self.num_gpus or self.world_size
+        if gpus < self.world_size:
+            raise InputError(
+                "num_gpus",
+                f"{gpus} GPUs cannot hold tensor_parallel_size x pipeline_parallel_size = "
+                f"{self.world_size}",
+                f">= {self.world_size}",
+            )
+        return gpus

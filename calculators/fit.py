@@ -649,14 +649,8 @@ def _gpu_memory(req: FitRequest, notes: _Notes) -> tuple[GPU | None, float]:
 
 def _replica_gpus(req: FitRequest, notes: _Notes) -> int:
     """GPUs the request names (default: one replica's); more than a replica is data parallel."""
-    world = req.tensor_parallel_size * req.pipeline_parallel_size
-    num_gpus = req.num_gpus or world
-    if num_gpus < world:
-        raise InputError(
-            "num_gpus",
-            f"{num_gpus} GPUs cannot hold tensor_parallel_size x pipeline_parallel_size = {world}",
-            accepted=f">= {world}",
-        )
+    world = req.world_size
+    num_gpus = req.gpus_named()
     if num_gpus > world:
         if num_gpus % world:
             notes.warnings.append(

@@ -477,16 +477,10 @@ def one_replica(req: PredictRequest) -> tuple[PredictRequest, int]:
     load balancer (as ``fit`` reads num_gpus), each taking an even share of the load: a
     closed loop's concurrency (rounded up: the busiest replica), an arrival rate, an offline
     batch. A trace replay and a P:D split are simulated on one replica only."""
-    world = req.tensor_parallel_size * req.pipeline_parallel_size
-    gpus = req.num_gpus or world
+    world = req.world_size
+    gpus = req.gpus_named()
     if gpus == world:
         return req, 1
-    if gpus < world:
-        raise InputError(
-            "num_gpus",
-            f"{gpus} GPUs cannot hold tensor_parallel_size x pipeline_parallel_size = {world}",
-            f">= {world}",
-        )
     if gpus % world:
         raise InputError(
             "num_gpus",
@@ -534,8 +528,7 @@ def _as_fleet(result: PredictResult, req: PredictRequest, replica: PredictReques
     )
     result.assumptions.insert(
         0,
-        f"{n} data-parallel replicas of {replica.tensor_parallel_size * replica.pipeline_parallel_size}"
-        f" GPU(s) on the {req.num_gpus} GPUs, the load split evenly by a balancer: each replica "
+        f"{n} data-parallel replicas of {replica.world_size} GPU(s) on the {req.num_gpus} GPUs, the load split evenly by a balancer: each replica "
         f"is simulated at {load} ({result.load.num_requests} requests); latencies are one "
         "replica's, throughputs the fleet's (arrivals split at random stay Poisson; a "
         "round-robin balancer is a little smoother)",

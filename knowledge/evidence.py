@@ -689,13 +689,11 @@ def _design_load_binding(r: Any) -> str:
     where no load meets a target. There the budget names the fixed stage no replica count
     helps (that part is weighed by _idle_misses), while this fact stays the design load's
     overrun, which the rules weigh."""
-    from inferwise.calculators.budget import ENVELOPES
+    from inferwise.calculators.budget import overrun_stage
 
     if r.binding_target is None:
         return r.binding
-    names = ENVELOPES[r.binding_target.split(".")[0]]
-    over = [c for c in r.components if c.name in names and c.slack_ms < -1e-9]
-    return min(over, key=lambda c: c.slack_ms).name if over else r.binding
+    return overrun_stage(r.components, r.binding_target) or r.binding
 
 
 def _idle_misses(a: Analysis, inp: float, out: float) -> None:

@@ -185,12 +185,20 @@ def _dataset_in_operator_dir(request: Any) -> Any:
     if not getattr(request, "dataset", None):
         return request
     root = Path(os.environ[DATASET_DIR_ENV]).expanduser().resolve()
-    path = (root / request.dataset).resolve()
-    if not path.is_relative_to(root):
+    path = root / request.dataset
+    if not _resolves_inside(path, root):
         raise InputError(
             "dataset", f"{request.dataset} is outside the operator's dataset folder", str(root)
         )
-    return request.model_copy(update={"dataset": str(path)})
+    return request.model_copy(update={"dataset": str(path.resolve())})
+
+
+def _resolves_inside(path: Any, root: Any) -> bool:
+    """Whether `path`, links followed, lies in `root` (a NUL byte or a link loop: no)."""
+    try:
+        return path.expanduser().resolve().is_relative_to(root)
+    except (OSError, ValueError, RuntimeError):
+        return False
 
 
 FILES_DIR_ENV = "INFERWISE_MCP_FILES_DIR"
@@ -219,11 +227,7 @@ def _local_files_in_root(kwargs: dict[str, Any]) -> None:
         for v in value if isinstance(value, list) else [value]:
             if not isinstance(v, str) or not _names_a_path(name, v):
                 continue
-            try:
-                inside = Path(v).expanduser().resolve().is_relative_to(root)
-            except (OSError, ValueError, RuntimeError):  # a NUL byte, a symlink loop
-                inside = False
-            if not inside:
+            if not _resolves_inside(Path(v), root):
                 raise InputError(
                     name,
                     "a path outside the folder this server reads files from",

@@ -340,22 +340,19 @@ def test_gpus_beyond_the_parallel_degree_are_data_parallel_replicas():
     """8 GPUs at TP 2 are four replicas behind a balancer: each serves a quarter of the rate,
     so latencies are one replica's at that share and throughput is four times it; a count
     that is not a whole number of replicas is refused naming num_gpus."""
-    base = {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "h100-sxm-80gb"}
-    one = predict_performance(PredictRequest(**base, tensor_parallel_size=2, request_rate=6))
-    fleet = predict_performance(
-        PredictRequest(**base, tensor_parallel_size=2, num_gpus=8, request_rate=24)
-    )
+    one = run(tensor_parallel_size=2, request_rate=6)
+    fleet = run(tensor_parallel_size=2, num_gpus=8, request_rate=24)
     assert fleet.replicas == 4 and one.replicas == 1
     assert fleet.load.request_rate == 24
     assert fleet.ttft_ms.p50 == pytest.approx(one.ttft_ms.p50)
     assert fleet.output_tokens_per_s == pytest.approx(4 * one.output_tokens_per_s)
     assert fleet.assumptions[0].startswith("4 data-parallel replicas of 2 GPU(s)")
-    closed = predict_performance(PredictRequest(**base, num_gpus=4, concurrency=10))
-    busiest = predict_performance(PredictRequest(**base, concurrency=3))
+    closed = run(num_gpus=4, concurrency=10)
+    busiest = run(concurrency=3)
     assert closed.load.concurrency == 10 and closed.ttft_ms.p50 == busiest.ttft_ms.p50
     assert closed.requests_per_s == pytest.approx(busiest.requests_per_s * 10 / 3)
     with pytest.raises(InputError) as e:
-        predict_performance(PredictRequest(**base, tensor_parallel_size=2, num_gpus=7))
+        run(tensor_parallel_size=2, num_gpus=7)
     assert e.value.field == "num_gpus"
 
 
@@ -363,13 +360,5 @@ def test_budget_is_for_one_replica_and_refuses_a_fleet_of_gpus():
     from inferwise.calculators.budget import BudgetRequest, decompose_budget
 
     with pytest.raises(InputError) as e:
-        decompose_budget(
-            BudgetRequest(
-                model="meta-llama/Llama-3.1-8B-Instruct",
-                gpu="h100-sxm-80gb",
-                num_gpus=8,
-                request_rate=20,
-                slo_ttft_ms={"p95": 500},
-            )
-        )
+        decompose_budget(BudgetRequest(**L8, num_gpus=8, request_rate=20, slo_ttft_ms={"p95": 500}))
     assert e.value.field == "num_gpus" and "replicas_needed" in e.value.message
